@@ -1,0 +1,120 @@
+/* The gpuprof command: runs a program with the agent injected. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "include/gpuprof/gpuprof.h"
+
+static void usage(FILE *out)
+{
+  fprintf(out,
+          "usage: gpuprof run [--output DIR] [--log LEVEL] [--mode MODE] [--agent PATH] -- PROGRAM [ARGS...]\n"
+          "       gpuprof version\n"
+          "\n"
+          "run      runs PROGRAM with the gpuprof agent injected (CUDA_INJECTION64_PATH)\n"
+          "         --output DIR   where profiles, traces and the summary go (GPUPROF_OUTPUT_DIR)\n"
+          "         --log LEVEL    error, warn, info (prints the exit summary) or debug (GPUPROF_LOG)\n"
+          "         --mode MODE    continuous, ondemand or off (GPUPROF_MODE)\n"
+          "         --agent PATH   the agent library (default: ../lib/libgpuprof.so beside this command,\n"
+          "                        or $GPUPROF_AGENT)\n");
+}
+
+/* The agent is installed as <prefix>/lib/libgpuprof.so next to <prefix>/bin/gpuprof. */
+static int find_agent(char *out, size_t len)
+{
+  const char *env = getenv("GPUPROF_AGENT");
+  if (env && *env) {
+    snprintf(out, len, "%s", env);
+    return access(out, R_OK) == 0 ? 0 : -errno;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n < 0)
+    return -errno;
+  exe[n] = '\0';
+  const char *dir = dirname(exe);
+  snprintf(out, len, "%s/../lib/libgpuprof.so", dir);
+  if (access(out, R_OK) == 0)
+    return 0;
+  snprintf(out, len, "%s/libgpuprof.so", dir);
+  return access(out, R_OK) == 0 ? 0 : -ENOENT;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+  char agent[PATH_MAX] = "";
+  int i;
+  for (i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    }
+    if (a[0] != '-')
+      break;
+    if (i + 1 >= argc) {
+      fprintf(stderr, "gpuprof run: %s needs a value\n", a);
+      return 2;
+    }
+    const char *v = argv[++i];
+    if (strcmp(a, "--output") == 0)
+      setenv("GPUPROF_OUTPUT_DIR", v, 1);
+    else if (strcmp(a, "--log") == 0)
+      setenv("GPUPROF_LOG", v, 1);
+    else if (strcmp(a, "--mode") == 0)
+      setenv("GPUPROF_MODE", v, 1);
+    else if (strcmp(a, "--agent") == 0)
+      snprintf(agent, sizeof(agent), "%s", v);
+    else {
+      fprintf(stderr, "gpuprof run: unknown option %s\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    fprintf(stderr, "gpuprof run: no program given\n");
+    usage(stderr);
+    return 2;
+  }
+  if (!agent[0] && find_agent(agent, sizeof(agent)) < 0) {
+    fprintf(stderr, "gpuprof run: cannot find libgpuprof.so beside this command; "
+                    "pass --agent PATH or set GPUPROF_AGENT\n");
+    return 2;
+  }
+  char abs[PATH_MAX];
+  if (!realpath(agent, abs)) {
+    fprintf(stderr, "gpuprof run: agent %s: %s\n", agent, strerror(errno));
+    return 2;
+  }
+  /* The driver dlopens this path inside the program's first cuInit. */
+  setenv("CUDA_INJECTION64_PATH", abs, 1);
+  execvp(argv[i], argv + i);
+  fprintf(stderr, "gpuprof run: cannot run %s: %s\n", argv[i], strerror(errno));
+  return 127;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "run") == 0)
+    return cmd_run(argc - 2, argv + 2);
+  if (strcmp(argv[1], "version") == 0) {
+    printf("gpuprof %s\n", GPUPROF_VERSION_STRING);
+    return 0;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "gpuprof: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
