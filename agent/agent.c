@@ -1,0 +1,217 @@
+/* The agent's lifecycle: the global state word, one-time init, exit and fork handling. */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/aggregate.h"
+#include "agent/alloc_map.h"
+#include "agent/corr.h"
+#include "agent/summary.h"
+#include "agent/util/guard.h"
+#include "agent/util/log.h"
+#include "agent/worker.h"
+#include "cupti/buffers.h"
+#include "cupti/loader.h"
+#include "cupti/subscriber.h"
+
+#define WORKER_STOP_TIMEOUT_MS 5000
+
+_Atomic int agent_state_word = AGENT_UNINIT;
+
+/*
+ * Written only inside the one-time init (pthread_once), read-only afterwards. The data
+ * structures are never freed: an application thread may still be inside a callback that
+ * passed the state check just before exit switched the state, and must find them intact.
+ */
+static struct config cfg;
+static pid_t init_pid;
+static char inactive_reason[1024];
+static struct corr_table *corr;
+static struct alloc_map *allocs;
+static struct aggregate *agg;
+static struct buffer_pool *pool;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t shutdown_lock = PTHREAD_MUTEX_INITIALIZER;
+static int shutdown_done;
+
+const struct config *agent_config(void)
+{
+  return &cfg;
+}
+
+static void set_state(enum agent_state s)
+{
+  atomic_store_explicit(&agent_state_word, s, memory_order_release);
+}
+
+/* One line on stderr; the same text goes into the summary's inactive_reason. */
+static void go_inactive(void)
+{
+  set_state(AGENT_INACTIVE);
+  log_warn("%s", inactive_reason);
+}
+
+static void exit_handler(void)
+{
+  /* A forked child inherits this handler but not the parent's CUPTI session. */
+  if (getpid() != init_pid)
+    return;
+  agent_shutdown();
+}
+
+/*
+ * Fork policy: the child of a fork is dormant. CUDA cannot be used in a child forked after
+ * CUDA initialization, CUPTI's threads and our worker do not exist there, and flushing could
+ * hang: the child never captures, never flushes and writes no outputs. A child that execs
+ * starts clean and gets its own agent (and its own outputs) through the inherited
+ * CUDA_INJECTION64_PATH when it calls cuInit.
+ */
+static void fork_child(void)
+{
+  set_state(AGENT_DORMANT);
+  worker_forget();
+}
+
+static void init_once_fn(void)
+{
+  int ret;
+
+  set_state(AGENT_STARTING);
+  config_load(&cfg);
+  if (cfg.mode == CONFIG_MODE_OFF) {
+    log_debug("GPUPROF_MODE=off: the agent stays inactive in pid %d", (int)getpid());
+    set_state(AGENT_OFF);
+    return;
+  }
+  init_pid = getpid();
+  /* Registered whatever happens next: an inactive agent still writes its summary. */
+  if (atexit(exit_handler) != 0)
+    log_warn("cannot register the exit handler; no summary will be written for pid %d",
+             (int)init_pid);
+  pthread_atfork(NULL, NULL, fork_child);
+
+  if (cupti_loader_open(cfg.cupti_path, inactive_reason, sizeof(inactive_reason))) {
+    go_inactive();
+    return;
+  }
+  log_debug("CUPTI %u loaded from %s", cupti_loader_version(), cupti_loader_path());
+
+  corr = corr_table_new(cfg.corr_table_size);
+  allocs = alloc_map_new(0);
+  agg = corr ? aggregate_new(corr) : NULL;
+  pool = buffer_pool_new(cfg.buffer_size, cfg.buffer_limit);
+  if (!corr || !allocs || !agg || !pool) {
+    snprintf(
+        inactive_reason, sizeof(inactive_reason),
+        "out of memory setting up (GPUPROF_BUFFER_LIMIT=%llu bytes, GPUPROF_CORR_TABLE_SIZE=%llu); "
+        "gpuprof is inactive in this process",
+        (unsigned long long)cfg.buffer_limit, (unsigned long long)cfg.corr_table_size);
+    go_inactive();
+    return;
+  }
+  buffers_attach(pool);
+
+  /* The worker first: buffers may complete as soon as kinds are enabled. */
+  ret = worker_start(pool, agg, cfg.flush_interval_ns);
+  if (ret) {
+    snprintf(inactive_reason, sizeof(inactive_reason),
+             "cannot start the worker thread: %s; gpuprof is inactive in this process",
+             strerror(-ret));
+    go_inactive();
+    return;
+  }
+  if (subscriber_start(corr, allocs, inactive_reason, sizeof(inactive_reason))) {
+    worker_stop(WORKER_STOP_TIMEOUT_MS);
+    go_inactive();
+    return;
+  }
+  /* Active before enabling: callbacks that fire during enabling are then recorded. */
+  set_state(AGENT_ACTIVE);
+  subscriber_enable();
+  log_info("capturing in pid %d (mode %s, CUPTI %u from %s)", (int)init_pid,
+           config_mode_name(cfg.mode), cupti_loader_version(), cupti_loader_path());
+}
+
+void agent_init(void)
+{
+  pthread_once(&init_once, init_once_fn);
+}
+
+static void write_outputs(int active)
+{
+  struct alloc_map_stats mem;
+  struct summary_input in;
+  char path[4096];
+
+  memset(&in, 0, sizeof(in));
+  in.cfg = &cfg;
+  in.pid = (int)init_pid;
+  in.active = active;
+  in.inactive_reason = active ? "" : inactive_reason;
+  in.cupti_version = cupti_loader_version();
+  in.cupti_path = cupti_loader_path();
+  if (active) {
+    subscriber_get_stats(&in.api);
+    alloc_map_get_stats(allocs, &mem);
+    in.mem = &mem;
+    in.agg = agg;
+    worker_get_stats(&in.worker);
+    in.buffer_pool_exhausted = buffer_pool_exhausted(pool);
+  }
+  if (summary_write_file(&in, path, sizeof(path)) != 0)
+    path[0] = '\0';
+  if (log_enabled(LOG_INFO))
+    summary_print(&in, path[0] ? path : NULL);
+}
+
+void agent_shutdown(void)
+{
+  int saved, entered;
+
+  /* Before the lock: a forked child may have inherited it held. */
+  if (getpid() != init_pid)
+    return;
+  entered = guard_enter(&saved);
+  pthread_mutex_lock(&shutdown_lock);
+  if (shutdown_done)
+    goto out;
+  switch (atomic_load(&agent_state_word)) {
+  case AGENT_ACTIVE:
+    shutdown_done = 1;
+    /* From here every callback is a no-op (one load of the state word). */
+    set_state(AGENT_STOPPING);
+    subscriber_disable_activity();
+    /* The worker must not be inside a FlushAll(0) while we force the final one. */
+    worker_pause_flushing();
+    cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    worker_stop(WORKER_STOP_TIMEOUT_MS);
+    write_outputs(1);
+    /*
+     * Workaround: with CUDA 13.0-13.1, libcupti unloaded at exit without cuptiFinalize can
+     * crash the process (fixed in 13.2; PAPI does the same, icl-utk-edu/papi#594). Finalize
+     * after everything was flushed and written; buffers it still completes are returned
+     * unread (the worker is gone).
+     */
+    cupti_fn.Finalize();
+    set_state(AGENT_STOPPED);
+    break;
+  case AGENT_INACTIVE:
+    shutdown_done = 1;
+    write_outputs(0);
+    set_state(AGENT_STOPPED);
+    break;
+  default:
+    /* Off, dormant (forked child), never initialised, or already stopped: nothing to do. */
+    break;
+  }
+out:
+  pthread_mutex_unlock(&shutdown_lock);
+  if (entered)
+    guard_leave(saved);
+}

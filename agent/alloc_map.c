@@ -1,0 +1,248 @@
+/* Live GPU memory: address (or VMM handle) -> allocation, with per-device in-use and peak bytes. */
+#include "agent/alloc_map.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/util/hash.h"
+
+#define INITIAL_SLOTS 1024
+
+struct slot {
+  uint64_t key;
+  uint64_t size;
+  const char *api;
+  uint32_t corr_id;
+  int16_t device;
+  uint8_t kind;
+  uint8_t space; /* enum alloc_space + 1; 0 = empty */
+};
+
+struct alloc_map {
+  pthread_mutex_t lock;
+  struct slot *slots;
+  size_t cap; /* power of two */
+  size_t used;
+  size_t max_entries;
+  struct alloc_map_stats stats;
+};
+
+const char *alloc_kind_name(enum alloc_kind kind)
+{
+  static const char *const names[ALLOC_KIND_COUNT] = {"device", "pinned", "managed", "async",
+                                                      "vmm"};
+  return (unsigned)kind < ALLOC_KIND_COUNT ? names[kind] : "?";
+}
+
+struct alloc_map *alloc_map_new(size_t max_entries)
+{
+  struct alloc_map *m = calloc(1, sizeof(*m));
+
+  if (!m)
+    return NULL;
+  m->cap = INITIAL_SLOTS;
+  m->max_entries = max_entries ? max_entries : ALLOC_MAP_DEFAULT_MAX;
+  m->slots = calloc(m->cap, sizeof(*m->slots));
+  if (!m->slots) {
+    free(m);
+    return NULL;
+  }
+  pthread_mutex_init(&m->lock, NULL);
+  return m;
+}
+
+void alloc_map_free(struct alloc_map *m)
+{
+  if (!m)
+    return;
+  pthread_mutex_destroy(&m->lock);
+  free(m->slots);
+  free(m);
+}
+
+static size_t slot_of(const struct alloc_map *m, uint8_t space, uint64_t key)
+{
+  return (size_t)hash_u64(key ^ ((uint64_t)space << 62)) & (m->cap - 1);
+}
+
+/* Index of the slot holding (space, key), or of the empty slot that ends its probe chain. */
+static size_t probe(const struct alloc_map *m, uint8_t space, uint64_t key)
+{
+  size_t i = slot_of(m, space, key);
+
+  while (m->slots[i].space && !(m->slots[i].space == space && m->slots[i].key == key))
+    i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static int grow(struct alloc_map *m)
+{
+  size_t old_cap = m->cap;
+  struct slot *old = m->slots;
+  struct slot *fresh = calloc(old_cap * 2, sizeof(*fresh));
+
+  if (!fresh)
+    return -ENOMEM;
+  m->slots = fresh;
+  m->cap = old_cap * 2;
+  for (size_t i = 0; i < old_cap; i++)
+    if (old[i].space)
+      m->slots[probe(m, old[i].space, old[i].key)] = old[i];
+  free(old);
+  return 0;
+}
+
+/* Backward-shift deletion keeps linear probing chains intact without tombstones. */
+static void erase(struct alloc_map *m, size_t i)
+{
+  size_t mask = m->cap - 1;
+  size_t j = i;
+
+  for (;;) {
+    j = (j + 1) & mask;
+    if (!m->slots[j].space)
+      break;
+    size_t home = slot_of(m, m->slots[j].space, m->slots[j].key);
+    /* Move j into the hole at i unless its home lies cyclically in (i, j]. */
+    if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+      m->slots[i] = m->slots[j];
+      i = j;
+    }
+  }
+  memset(&m->slots[i], 0, sizeof(m->slots[i]));
+  m->used--;
+}
+
+static struct alloc_device_stats *dev_stats(struct alloc_map *m, int32_t device)
+{
+  if (device < ALLOC_DEVICE_HOST || device >= ALLOC_MAX_DEVICES)
+    return NULL;
+  return &m->stats.dev[device + 1];
+}
+
+static void account_free(struct alloc_map *m, const struct slot *s)
+{
+  struct alloc_device_stats *d = dev_stats(m, s->device);
+
+  d->frees++;
+  d->bytes_freed += s->size;
+  d->in_use -= s->size;
+}
+
+int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
+                     const struct alloc_info *info)
+{
+  uint8_t sp = (uint8_t)(space + 1);
+  struct alloc_device_stats *d;
+  struct slot *s;
+  size_t i;
+  int ret = 0;
+
+  pthread_mutex_lock(&m->lock);
+  d = dev_stats(m, info->device);
+  if (!d || info->kind >= ALLOC_KIND_COUNT) {
+    m->stats.untracked++;
+    ret = -ENOSPC;
+    goto out;
+  }
+  i = probe(m, sp, key);
+  s = &m->slots[i];
+  if (s->space) {
+    /* Same key still live: its free went unseen (e.g. made before the agent attached
+     * through a path we do not trace). The new allocation supersedes it. */
+    m->stats.replaced++;
+    account_free(m, s);
+  } else {
+    if (m->used >= m->max_entries) {
+      m->stats.untracked++;
+      ret = -ENOSPC;
+      goto out;
+    }
+    /* Keep the load factor under 1/2 so probe chains stay short. */
+    if ((m->used + 1) * 2 > m->cap) {
+      if (grow(m)) {
+        m->stats.untracked++;
+        ret = -ENOSPC;
+        goto out;
+      }
+      i = probe(m, sp, key);
+      s = &m->slots[i];
+    }
+    m->used++;
+  }
+  s->key = key;
+  s->space = sp;
+  s->size = info->size;
+  s->api = info->api;
+  s->corr_id = info->corr_id;
+  s->device = (int16_t)info->device;
+  s->kind = info->kind;
+
+  d->allocs++;
+  d->bytes_allocated += info->size;
+  d->by_kind[info->kind] += info->size;
+  d->in_use += info->size;
+  if (d->in_use > d->peak_in_use)
+    d->peak_in_use = d->in_use;
+out:
+  pthread_mutex_unlock(&m->lock);
+  return ret;
+}
+
+static void fill_info(const struct slot *s, struct alloc_info *out)
+{
+  out->size = s->size;
+  out->device = s->device;
+  out->kind = s->kind;
+  out->corr_id = s->corr_id;
+  out->api = s->api;
+}
+
+int alloc_map_remove(struct alloc_map *m, enum alloc_space space, uint64_t key,
+                     struct alloc_info *out)
+{
+  uint8_t sp = (uint8_t)(space + 1);
+  size_t i;
+  int ret = 0;
+
+  pthread_mutex_lock(&m->lock);
+  i = probe(m, sp, key);
+  if (!m->slots[i].space) {
+    m->stats.unknown_frees++;
+    ret = -ENOENT;
+    goto out;
+  }
+  if (out)
+    fill_info(&m->slots[i], out);
+  account_free(m, &m->slots[i]);
+  erase(m, i);
+out:
+  pthread_mutex_unlock(&m->lock);
+  return ret;
+}
+
+int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
+                     struct alloc_info *out)
+{
+  size_t i;
+  int ret = 0;
+
+  pthread_mutex_lock(&m->lock);
+  i = probe(m, (uint8_t)(space + 1), key);
+  if (!m->slots[i].space)
+    ret = -ENOENT;
+  else if (out)
+    fill_info(&m->slots[i], out);
+  pthread_mutex_unlock(&m->lock);
+  return ret;
+}
+
+void alloc_map_get_stats(struct alloc_map *m, struct alloc_map_stats *out)
+{
+  pthread_mutex_lock(&m->lock);
+  *out = m->stats;
+  out->live = m->used;
+  pthread_mutex_unlock(&m->lock);
+}

@@ -1,0 +1,77 @@
+/* Live GPU memory: address (or VMM handle) -> allocation, with per-device in-use and peak bytes. */
+#ifndef GPUPROF_AGENT_ALLOC_MAP_H
+#define GPUPROF_AGENT_ALLOC_MAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum alloc_kind {
+  ALLOC_KIND_DEVICE = 0, /* cudaMalloc*, cuMemAlloc*, pitch, 3D */
+  ALLOC_KIND_PINNED,     /* cudaMallocHost, cudaHostAlloc, cuMemAllocHost, cuMemHostAlloc */
+  ALLOC_KIND_MANAGED,    /* cudaMallocManaged, cuMemAllocManaged */
+  ALLOC_KIND_ASYNC,      /* stream-ordered: cudaMallocAsync, cuMemAllocAsync, ...FromPoolAsync */
+  ALLOC_KIND_VMM,        /* cuMemCreate physical memory */
+  ALLOC_KIND_COUNT,
+};
+
+/* Keys live in two namespaces: virtual addresses, and VMM allocation handles. */
+enum alloc_space {
+  ALLOC_SPACE_VA = 0,
+  ALLOC_SPACE_VMM_HANDLE = 1,
+};
+
+#define ALLOC_DEVICE_HOST (-1) /* pinned host memory is accounted to "device" -1 */
+#define ALLOC_MAX_DEVICES 64
+#define ALLOC_MAP_DEFAULT_MAX (1u << 22)
+
+struct alloc_info {
+  uint64_t size;
+  int32_t device; /* ALLOC_DEVICE_HOST for pinned memory */
+  uint8_t kind;   /* enum alloc_kind */
+  uint32_t corr_id;
+  const char *api; /* CUPTI functionName (global constant) */
+};
+
+struct alloc_device_stats {
+  uint64_t allocs, frees;
+  uint64_t bytes_allocated, bytes_freed;
+  uint64_t in_use, peak_in_use;
+  uint64_t by_kind[ALLOC_KIND_COUNT]; /* bytes allocated */
+};
+
+/* Index 0 is the host (device -1), index d + 1 is device d. */
+struct alloc_map_stats {
+  struct alloc_device_stats dev[ALLOC_MAX_DEVICES + 1];
+  uint64_t live;          /* allocations currently tracked */
+  uint64_t unknown_frees; /* frees of keys not in the map */
+  uint64_t replaced;      /* allocations at a key still live (its free was not seen) */
+  uint64_t untracked;     /* allocations not tracked: map full, or device id out of range */
+};
+
+const char *alloc_kind_name(enum alloc_kind kind);
+
+/*
+ * Concurrency: any application thread inserts and removes (from CUPTI EXIT callbacks); the
+ * summary snapshots the stats. One mutex guards the table for a few dozen instructions per
+ * call; allocation APIs themselves take microseconds to milliseconds, so this is not a
+ * contention point, and no holder ever does I/O or calls out. The table grows (doubling,
+ * under the lock) only when the number of *live* allocations grows, which is rare in steady
+ * state; at max_entries it stops tracking and counts.
+ */
+struct alloc_map;
+
+struct alloc_map *alloc_map_new(size_t max_entries);
+void alloc_map_free(struct alloc_map *m);
+
+/* 0; -ENOSPC when the map is full or the device is out of range (counted as untracked). */
+int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
+                     const struct alloc_info *info);
+/* 0 and *out (may be NULL) filled; -ENOENT for an unknown key (counted as an unknown free). */
+int alloc_map_remove(struct alloc_map *m, enum alloc_space space, uint64_t key,
+                     struct alloc_info *out);
+int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
+                     struct alloc_info *out);
+
+void alloc_map_get_stats(struct alloc_map *m, struct alloc_map_stats *out);
+
+#endif

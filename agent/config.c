@@ -1,0 +1,455 @@
+/* The agent's configuration: every GPUPROF_* environment variable, read once at init. */
+#include "agent/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+extern char **environ;
+
+/* Every variable this version reads; anything else with the prefix is reported as unknown. */
+static const char *const known_vars[] = {
+    "GPUPROF_MODE",          "GPUPROF_OUTPUT_DIR",     "GPUPROF_LOG",
+    "GPUPROF_WINDOW",        "GPUPROF_STACKS",         "GPUPROF_CAPTURE_ON_START",
+    "GPUPROF_GPU_ONLY",      "GPUPROF_TRACE_FORMAT",   "GPUPROF_RUN_DIR",
+    "GPUPROF_PYROSCOPE_URL", "GPUPROF_APP_NAME",       "GPUPROF_TAGS",
+    "GPUPROF_CUPTI_PATH",    "GPUPROF_SUMMARY_FILE",   "GPUPROF_BUFFER_SIZE",
+    "GPUPROF_BUFFER_LIMIT",  "GPUPROF_FLUSH_INTERVAL", "GPUPROF_CORR_TABLE_SIZE",
+};
+
+#define N_KNOWN (sizeof(known_vars) / sizeof(known_vars[0]))
+
+const char *config_mode_name(enum config_mode mode)
+{
+  switch (mode) {
+  case CONFIG_MODE_CONTINUOUS:
+    return "continuous";
+  case CONFIG_MODE_ONDEMAND:
+    return "ondemand";
+  case CONFIG_MODE_OFF:
+    return "off";
+  }
+  return "?";
+}
+
+void config_defaults(struct config *cfg)
+{
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->mode = CONFIG_MODE_CONTINUOUS;
+  snprintf(cfg->output_dir, sizeof(cfg->output_dir), "%s", CONFIG_DEFAULT_OUTPUT_DIR);
+  cfg->log_level = LOG_WARN;
+  cfg->window_ns = CONFIG_DEFAULT_WINDOW_NS;
+  cfg->stacks = CONFIG_STACKS_SAMPLED;
+  cfg->trace_format = CONFIG_TRACE_JSON_GZ;
+  snprintf(cfg->run_dir, sizeof(cfg->run_dir), "%s", CONFIG_DEFAULT_OUTPUT_DIR "/run");
+  snprintf(cfg->app_name, sizeof(cfg->app_name), "%s", program_invocation_short_name);
+  cfg->buffer_size = CONFIG_DEFAULT_BUFFER_SIZE;
+  cfg->buffer_limit = CONFIG_DEFAULT_BUFFER_LIMIT;
+  cfg->flush_interval_ns = CONFIG_DEFAULT_FLUSH_INTERVAL_NS;
+  cfg->corr_table_size = CONFIG_DEFAULT_CORR_TABLE_SIZE;
+}
+
+/* ---- parsers ---- */
+
+/* Parses the leading unsigned decimal integer; *end points after it. */
+static int parse_u64(const char *s, uint64_t *v, const char **end)
+{
+  uint64_t x = 0;
+  const char *p = s;
+
+  if (*p < '0' || *p > '9')
+    return -EINVAL;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    uint64_t d = (uint64_t)(*p - '0');
+    if (x > (UINT64_MAX - d) / 10)
+      return -EINVAL;
+    x = x * 10 + d;
+  }
+  *v = x;
+  *end = p;
+  return 0;
+}
+
+static int mul_check(uint64_t a, uint64_t b, uint64_t *out)
+{
+  if (b && a > UINT64_MAX / b)
+    return -EINVAL;
+  *out = a * b;
+  return 0;
+}
+
+/* "15s", "500ms", "2m", "1h", "100us", "10ns"; a bare number means seconds. */
+int config_parse_duration(const char *s, uint64_t *ns)
+{
+  static const struct {
+    const char *suffix;
+    uint64_t mult;
+  } units[] = {
+      {"ns", 1ull},        {"us", 1000ull},       {"ms", 1000000ull},      {"s", 1000000000ull},
+      {"", 1000000000ull}, {"m", 60000000000ull}, {"min", 60000000000ull}, {"h", 3600000000000ull},
+  };
+  const char *end;
+  uint64_t v;
+
+  if (!s || parse_u64(s, &v, &end))
+    return -EINVAL;
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+    if (!strcmp(end, units[i].suffix))
+      return mul_check(v, units[i].mult, ns);
+  return -EINVAL;
+}
+
+/* "4194304", "4096K", "4M", "1G" (binary multiples; "KB"/"KiB" spellings accepted). */
+int config_parse_size(const char *s, uint64_t *bytes)
+{
+  static const struct {
+    const char *suffix;
+    uint64_t mult;
+  } units[] = {
+      {"", 1ull},          {"B", 1ull},        {"K", 1ull << 10},   {"KB", 1ull << 10},
+      {"KiB", 1ull << 10}, {"M", 1ull << 20},  {"MB", 1ull << 20},  {"MiB", 1ull << 20},
+      {"G", 1ull << 30},   {"GB", 1ull << 30}, {"GiB", 1ull << 30},
+  };
+  const char *end;
+  uint64_t v;
+
+  if (!s || parse_u64(s, &v, &end))
+    return -EINVAL;
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+    if (!strcasecmp(end, units[i].suffix))
+      return mul_check(v, units[i].mult, bytes);
+  return -EINVAL;
+}
+
+int config_parse_bool(const char *s, int *v)
+{
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  static const char *const no[] = {"0", "false", "no", "off"};
+
+  if (!s)
+    return -EINVAL;
+  for (size_t i = 0; i < 4; i++) {
+    if (!strcasecmp(s, yes[i])) {
+      *v = 1;
+      return 0;
+    }
+    if (!strcasecmp(s, no[i])) {
+      *v = 0;
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+/* Index of s in names[], or -1. */
+static int parse_enum(const char *s, const char *const *names, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (!strcasecmp(s, names[i]))
+      return i;
+  return -1;
+}
+
+/* ---- reporting ---- */
+
+static void format_duration(uint64_t ns, char *buf, size_t len)
+{
+  if (ns % 1000000000ull == 0)
+    snprintf(buf, len, "%llus", (unsigned long long)(ns / 1000000000ull));
+  else if (ns % 1000000ull == 0)
+    snprintf(buf, len, "%llums", (unsigned long long)(ns / 1000000ull));
+  else if (ns % 1000ull == 0)
+    snprintf(buf, len, "%lluus", (unsigned long long)(ns / 1000ull));
+  else
+    snprintf(buf, len, "%lluns", (unsigned long long)ns);
+}
+
+static void format_size(uint64_t b, char *buf, size_t len)
+{
+  if (b && b % (1ull << 30) == 0)
+    snprintf(buf, len, "%lluG", (unsigned long long)(b >> 30));
+  else if (b && b % (1ull << 20) == 0)
+    snprintf(buf, len, "%lluM", (unsigned long long)(b >> 20));
+  else if (b && b % (1ull << 10) == 0)
+    snprintf(buf, len, "%lluK", (unsigned long long)(b >> 10));
+  else
+    snprintf(buf, len, "%llu", (unsigned long long)b);
+}
+
+/* The one line every bad value gets: names the variable, the value, and what happens now. */
+static void bad_value(const char *var, const char *value, const char *what, const char *outcome)
+{
+  log_warn("%s='%s' is not %s; %s", var, value, what, outcome);
+}
+
+/* getenv, treating an empty value as unset (manifests often template "VAR: ''"). */
+static const char *env(const char *name)
+{
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+static void load_string(const char *var, char *dst, size_t cap, const char *fallback_desc)
+{
+  const char *v = env(var);
+
+  if (!v)
+    return;
+  if (strlen(v) >= cap) {
+    char what[64];
+    snprintf(what, sizeof(what), "at most %zu bytes long", cap - 1);
+    bad_value(var, v, what, fallback_desc);
+    return;
+  }
+  memcpy(dst, v, strlen(v) + 1);
+}
+
+static void load_duration(const char *var, uint64_t *dst, uint64_t min_ns, const char *what)
+{
+  const char *v = env(var);
+  uint64_t ns;
+  char def[32], outcome[48];
+
+  if (!v)
+    return;
+  if (config_parse_duration(v, &ns) == 0 && ns >= min_ns) {
+    *dst = ns;
+    return;
+  }
+  format_duration(*dst, def, sizeof(def));
+  snprintf(outcome, sizeof(outcome), "using %s", def);
+  bad_value(var, v, what, outcome);
+}
+
+static void load_size(const char *var, uint64_t *dst, uint64_t min, uint64_t max, const char *what)
+{
+  const char *v = env(var);
+  uint64_t b;
+  char def[32], outcome[48];
+
+  if (!v)
+    return;
+  if (config_parse_size(v, &b) == 0 && b >= min && b <= max) {
+    *dst = b;
+    return;
+  }
+  format_size(*dst, def, sizeof(def));
+  snprintf(outcome, sizeof(outcome), "using %s", def);
+  bad_value(var, v, what, outcome);
+}
+
+static int load_enum(const char *var, const char *const *names, int n, int def, const char *what)
+{
+  const char *v = env(var);
+  char outcome[64];
+  int i;
+
+  if (!v)
+    return def;
+  i = parse_enum(v, names, n);
+  if (i >= 0)
+    return i;
+  snprintf(outcome, sizeof(outcome), "using %s", names[def]);
+  bad_value(var, v, what, outcome);
+  return def;
+}
+
+/* "k=v,k2=v2": keys [A-Za-z0-9_.-]+, values anything but ',' (may be empty). */
+static int parse_tags(const char *s, struct config_tag *tags, size_t *n_tags)
+{
+  size_t n = 0;
+  const char *p = s;
+
+  while (*p) {
+    const char *eq = strchr(p, '=');
+    const char *comma = strchr(p, ',');
+    size_t klen, vlen;
+
+    if (!comma)
+      comma = p + strlen(p);
+    if (!eq || eq > comma || eq == p || n == CONFIG_TAGS_MAX)
+      return -EINVAL;
+    klen = (size_t)(eq - p);
+    vlen = (size_t)(comma - eq - 1);
+    if (klen >= sizeof(tags[0].key) || vlen >= sizeof(tags[0].value))
+      return -EINVAL;
+    for (size_t i = 0; i < klen; i++) {
+      char c = p[i];
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '_' || c == '.' || c == '-'))
+        return -EINVAL;
+    }
+    memcpy(tags[n].key, p, klen);
+    tags[n].key[klen] = '\0';
+    memcpy(tags[n].value, eq + 1, vlen);
+    tags[n].value[vlen] = '\0';
+    n++;
+    p = *comma ? comma + 1 : comma;
+  }
+  *n_tags = n;
+  return 0;
+}
+
+/* Edit distance, for "did you mean" on unknown names (names are short: 64 is plenty). */
+static int edit_distance(const char *a, const char *b)
+{
+  int prev[65], cur[65];
+  int la = (int)strlen(a), lb = (int)strlen(b);
+
+  if (la > 64 || lb > 64)
+    return 99;
+  for (int j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (int i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      int del = prev[j] + 1, ins = cur[j - 1] + 1;
+      cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+    memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
+  }
+  return prev[lb];
+}
+
+static void check_unknown(void)
+{
+  for (char **e = environ; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    char name[128];
+    size_t len;
+    const char *best = NULL;
+    int best_d = 3; /* suggest only close matches: at most two edits */
+
+    if (strncmp(*e, "GPUPROF_", 8) != 0 || !eq)
+      continue;
+    len = (size_t)(eq - *e);
+    if (len >= sizeof(name))
+      len = sizeof(name) - 1;
+    memcpy(name, *e, len);
+    name[len] = '\0';
+
+    size_t i;
+    for (i = 0; i < N_KNOWN; i++)
+      if (!strcmp(name, known_vars[i]))
+        break;
+    if (i < N_KNOWN)
+      continue;
+    for (i = 0; i < N_KNOWN; i++) {
+      int d = edit_distance(name, known_vars[i]);
+      if (d < best_d) {
+        best_d = d;
+        best = known_vars[i];
+      }
+    }
+    if (best)
+      log_warn("%s is not a gpuprof setting (did you mean %s?); ignoring it", name, best);
+    else
+      log_warn("%s is not a gpuprof setting (see docs/CONFIGURATION.md); ignoring it", name);
+  }
+}
+
+void config_load(struct config *cfg)
+{
+  static const char *const modes[] = {"continuous", "ondemand", "off"};
+  static const char *const levels[] = {"error", "warn", "info", "debug"};
+  static const char *const stacks[] = {"off", "alloc", "sampled", "all"};
+  static const char *const formats[] = {"json", "json.gz", "perfetto"};
+  const char *v;
+
+  config_defaults(cfg);
+
+  /* First, so that everything below is reported at the level the user asked for. */
+  cfg->log_level = (enum log_level)load_enum("GPUPROF_LOG", levels, 4, LOG_WARN,
+                                             "one of error, warn, info, debug");
+  log_set_level(cfg->log_level);
+
+  cfg->mode = (enum config_mode)load_enum("GPUPROF_MODE", modes, 3, CONFIG_MODE_CONTINUOUS,
+                                          "one of continuous, ondemand, off");
+  load_string("GPUPROF_OUTPUT_DIR", cfg->output_dir, sizeof(cfg->output_dir),
+              "using " CONFIG_DEFAULT_OUTPUT_DIR);
+  load_duration("GPUPROF_WINDOW", &cfg->window_ns, 1000000000ull,
+                "a duration of at least 1s (e.g. 15s, 1m)");
+  cfg->stacks = (enum config_stacks)load_enum("GPUPROF_STACKS", stacks, 4, CONFIG_STACKS_SAMPLED,
+                                              "one of off, alloc, sampled, all");
+
+  v = env("GPUPROF_CAPTURE_ON_START");
+  if (v && (config_parse_duration(v, &cfg->capture_on_start_ns) || !cfg->capture_on_start_ns)) {
+    cfg->capture_on_start_ns = 0;
+    bad_value("GPUPROF_CAPTURE_ON_START", v, "a positive duration (e.g. 60s)",
+              "disabling the capture at start");
+  }
+
+  v = env("GPUPROF_GPU_ONLY");
+  if (v && config_parse_bool(v, &cfg->gpu_only)) {
+    cfg->gpu_only = 0;
+    bad_value("GPUPROF_GPU_ONLY", v, "0 or 1", "using 0");
+  }
+
+  cfg->trace_format = (enum config_trace_format)load_enum(
+      "GPUPROF_TRACE_FORMAT", formats, 3, CONFIG_TRACE_JSON_GZ, "one of json, json.gz, perfetto");
+  load_string("GPUPROF_RUN_DIR", cfg->run_dir, sizeof(cfg->run_dir),
+              "using " CONFIG_DEFAULT_OUTPUT_DIR "/run");
+
+  v = env("GPUPROF_PYROSCOPE_URL");
+  if (v) {
+    if ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) ||
+        strlen(v) >= sizeof(cfg->pyroscope_url))
+      bad_value("GPUPROF_PYROSCOPE_URL", v, "an http:// or https:// URL",
+                "disabling the Pyroscope upload");
+    else
+      memcpy(cfg->pyroscope_url, v, strlen(v) + 1);
+  }
+  load_string("GPUPROF_APP_NAME", cfg->app_name, sizeof(cfg->app_name), "using the program name");
+
+  v = env("GPUPROF_TAGS");
+  if (v && parse_tags(v, cfg->tags, &cfg->n_tags)) {
+    cfg->n_tags = 0;
+    bad_value("GPUPROF_TAGS", v, "a list of key=value pairs separated by commas (at most 32)",
+              "using no tags");
+  }
+
+  load_string("GPUPROF_CUPTI_PATH", cfg->cupti_path, sizeof(cfg->cupti_path),
+              "searching for libcupti.so.13 instead");
+  load_string("GPUPROF_SUMMARY_FILE", cfg->summary_file, sizeof(cfg->summary_file),
+              "using the default summary path");
+
+  load_size("GPUPROF_BUFFER_SIZE", &cfg->buffer_size, CONFIG_MIN_BUFFER_SIZE, 1ull << 30,
+            "a size between 64K and 1G (e.g. 4M)");
+  load_size("GPUPROF_BUFFER_LIMIT", &cfg->buffer_limit, CONFIG_MIN_BUFFER_SIZE, 64ull << 30,
+            "a size between 64K and 64G (e.g. 64M)");
+  if (cfg->buffer_limit < cfg->buffer_size) {
+    char size[32], what[64], outcome[64];
+    format_size(cfg->buffer_size, size, sizeof(size));
+    v = env("GPUPROF_BUFFER_LIMIT");
+    if (v) {
+      snprintf(what, sizeof(what), "at least GPUPROF_BUFFER_SIZE (%s)", size);
+      snprintf(outcome, sizeof(outcome), "using %s (one buffer)", size);
+      bad_value("GPUPROF_BUFFER_LIMIT", v, what, outcome);
+    }
+    /* Without GPUPROF_BUFFER_LIMIT a large GPUPROF_BUFFER_SIZE simply means one buffer. */
+    cfg->buffer_limit = cfg->buffer_size;
+  }
+  load_duration("GPUPROF_FLUSH_INTERVAL", &cfg->flush_interval_ns, 1000000ull,
+                "a duration of at least 1ms (e.g. 500ms)");
+
+  v = env("GPUPROF_CORR_TABLE_SIZE");
+  if (v) {
+    uint64_t n;
+    if (config_parse_size(v, &n) || n < 1024 || n > (1ull << 24)) {
+      char def[32], outcome[48];
+      format_size(cfg->corr_table_size, def, sizeof(def));
+      snprintf(outcome, sizeof(outcome), "using %s", def);
+      bad_value("GPUPROF_CORR_TABLE_SIZE", v, "a number of entries between 1K and 16M", outcome);
+    } else {
+      uint64_t p = 1;
+      while (p < n)
+        p <<= 1;
+      cfg->corr_table_size = p;
+    }
+  }
+
+  check_unknown();
+}

@@ -1,0 +1,91 @@
+/* The agent's configuration: every GPUPROF_* environment variable, read once at init. */
+#ifndef GPUPROF_AGENT_CONFIG_H
+#define GPUPROF_AGENT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/util/log.h"
+
+enum config_mode {
+  CONFIG_MODE_CONTINUOUS = 0,
+  CONFIG_MODE_ONDEMAND,
+  CONFIG_MODE_OFF,
+};
+
+enum config_stacks {
+  CONFIG_STACKS_OFF = 0,
+  CONFIG_STACKS_ALLOC,
+  CONFIG_STACKS_SAMPLED,
+  CONFIG_STACKS_ALL,
+};
+
+enum config_trace_format {
+  CONFIG_TRACE_JSON = 0,
+  CONFIG_TRACE_JSON_GZ,
+  CONFIG_TRACE_PERFETTO,
+};
+
+#define CONFIG_PATH_MAX 4096
+#define CONFIG_TAGS_MAX 32
+
+struct config_tag {
+  char key[64];
+  char value[192];
+};
+
+/*
+ * Filled by config_load() inside the one-time init and read-only afterwards, so every thread
+ * may read it without synchronization. Strings are copied out of the environment (a later
+ * setenv by the application cannot change them under us).
+ */
+struct config {
+  enum config_mode mode;
+  char output_dir[CONFIG_PATH_MAX];
+  enum log_level log_level;
+  uint64_t window_ns;
+  enum config_stacks stacks;
+  uint64_t capture_on_start_ns; /* 0: no capture at start */
+  int gpu_only;
+  enum config_trace_format trace_format;
+  char run_dir[CONFIG_PATH_MAX];
+  char pyroscope_url[CONFIG_PATH_MAX]; /* "": no upload */
+  char app_name[256];
+  struct config_tag tags[CONFIG_TAGS_MAX];
+  size_t n_tags;
+  char cupti_path[CONFIG_PATH_MAX];   /* "": search (cupti/loader.c) */
+  char summary_file[CONFIG_PATH_MAX]; /* "": <output_dir>/gpuprof-<host>-<pid>-summary.json */
+  uint64_t buffer_size;
+  uint64_t buffer_limit;
+  uint64_t flush_interval_ns;
+  uint64_t corr_table_size; /* entries, a power of two */
+};
+
+/* Defaults, also quoted by docs/CONFIGURATION.md. */
+#define CONFIG_DEFAULT_OUTPUT_DIR "/tmp/gpuprof"
+#define CONFIG_DEFAULT_WINDOW_NS (15ull * 1000000000ull)
+#define CONFIG_DEFAULT_BUFFER_SIZE (4ull << 20)
+#define CONFIG_DEFAULT_BUFFER_LIMIT (64ull << 20)
+#define CONFIG_DEFAULT_FLUSH_INTERVAL_NS (500ull * 1000000ull)
+#define CONFIG_DEFAULT_CORR_TABLE_SIZE (1ull << 17)
+#define CONFIG_MIN_BUFFER_SIZE (64ull << 10)
+
+/*
+ * Reads the environment into *cfg. Never fails: a value that does not parse is reported on
+ * stderr in one line naming the variable and value, and its default is used (or the feature
+ * is disabled); GPUPROF_* variables this version does not know are reported once each (most
+ * are typos). Sets the log threshold first so that later messages honour GPUPROF_LOG.
+ */
+void config_load(struct config *cfg);
+
+/* The defaults alone, without reading the environment. */
+void config_defaults(struct config *cfg);
+
+/* Parsers, exported for tests. Return 0 or -EINVAL. */
+int config_parse_duration(const char *s, uint64_t *ns);
+int config_parse_size(const char *s, uint64_t *bytes);
+int config_parse_bool(const char *s, int *v);
+
+const char *config_mode_name(enum config_mode mode);
+
+#endif

@@ -1,0 +1,428 @@
+/* The capture summary: the JSON file of docs/SUMMARY.md and the human version on stderr. */
+#define LOG_MODULE "summary"
+#include "agent/summary.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/aggregate.h"
+#include "agent/config.h"
+#include "agent/util/fdwriter.h"
+#include "agent/util/log.h"
+#include "export/json.h"
+#include "gpuprof/gpuprof.h"
+
+#define SUMMARY_FORMAT_VERSION 1
+#define TOP_KERNELS 10
+
+/* ---- JSON ---- */
+
+static void write_bucket(struct json_writer *w, const char *key, uint64_t count, uint64_t bytes,
+                         const char *time_key, uint64_t time_ns, int with_bytes)
+{
+  json_writer_key(w, key);
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "count", count);
+  if (with_bytes)
+    json_writer_kv_uint(w, "bytes", bytes);
+  json_writer_kv_uint(w, time_key, time_ns);
+  json_writer_end_object(w);
+}
+
+static void write_kernel(struct json_writer *w, const struct agg_kernel *k)
+{
+  json_writer_begin_object(w);
+  json_writer_kv_string(w, "name", k->name);
+  json_writer_kv_uint(w, "count", k->count);
+  json_writer_kv_uint(w, "gpu_time_ns", k->gpu_time_ns);
+  json_writer_key(w, "apis");
+  json_writer_begin_object(w);
+  for (uint32_t i = 0; i < k->n_apis; i++)
+    json_writer_kv_uint(w, k->apis[i].api, k->apis[i].count);
+  json_writer_end_object(w);
+  /* streams are sorted by device first, so unique devices come out ascending. */
+  json_writer_key(w, "devices");
+  json_writer_begin_array(w);
+  for (uint32_t i = 0; i < k->n_streams; i++)
+    if (i == 0 || k->streams[i].device != k->streams[i - 1].device)
+      json_writer_uint(w, k->streams[i].device);
+  json_writer_end_array(w);
+  json_writer_key(w, "streams");
+  json_writer_begin_array(w);
+  for (uint32_t i = 0; i < k->n_streams; i++) {
+    json_writer_begin_array(w);
+    json_writer_uint(w, k->streams[i].device);
+    json_writer_uint(w, k->streams[i].context);
+    json_writer_uint(w, k->streams[i].stream);
+    json_writer_end_array(w);
+  }
+  json_writer_end_array(w);
+  json_writer_end_object(w);
+}
+
+static void write_memory(struct json_writer *w, const struct alloc_map_stats *mem)
+{
+  json_writer_key(w, "memory");
+  json_writer_begin_array(w);
+  for (int i = 0; mem && i <= ALLOC_MAX_DEVICES; i++) {
+    const struct alloc_device_stats *d = &mem->dev[i];
+    if (!d->allocs && !d->frees)
+      continue;
+    json_writer_begin_object(w);
+    json_writer_kv_int(w, "device", i - 1);
+    json_writer_kv_uint(w, "allocs", d->allocs);
+    json_writer_kv_uint(w, "frees", d->frees);
+    json_writer_kv_uint(w, "bytes_allocated", d->bytes_allocated);
+    json_writer_kv_uint(w, "bytes_freed", d->bytes_freed);
+    json_writer_kv_uint(w, "in_use", d->in_use);
+    json_writer_kv_uint(w, "peak_in_use", d->peak_in_use);
+    json_writer_key(w, "by_kind");
+    json_writer_begin_object(w);
+    for (int k = 0; k < ALLOC_KIND_COUNT; k++)
+      if (d->by_kind[k])
+        json_writer_kv_uint(w, alloc_kind_name((enum alloc_kind)k), d->by_kind[k]);
+    json_writer_end_object(w);
+    json_writer_end_object(w);
+  }
+  json_writer_end_array(w);
+}
+
+int summary_write_json(const struct summary_input *in, struct json_writer *w)
+{
+  static const struct agg_totals zero;
+  const struct agg_totals *t = &zero;
+  struct agg_kernel **kernels = NULL;
+  struct agg_stream **streams = NULL;
+  size_t n_kernels = 0, n_streams = 0;
+  int ret;
+
+  if (in->agg) {
+    aggregate_lock(in->agg);
+    t = aggregate_totals(in->agg);
+    n_kernels = aggregate_kernels_sorted(in->agg, &kernels);
+    n_streams = aggregate_streams_sorted(in->agg, &streams);
+  }
+
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "version", SUMMARY_FORMAT_VERSION);
+  json_writer_kv_string(w, "agent_version", GPUPROF_VERSION_STRING);
+  json_writer_kv_int(w, "pid", in->pid);
+  json_writer_kv_string(w, "state", in->active ? "active" : "inactive");
+  json_writer_kv_string(w, "inactive_reason", in->inactive_reason ? in->inactive_reason : "");
+  json_writer_kv_uint(w, "cupti_version", in->cupti_version);
+  json_writer_kv_string(w, "cupti_path", in->cupti_path ? in->cupti_path : "");
+
+  /* The first and last timestamps of the device records (0, 0 when none arrived). */
+  json_writer_key(w, "window");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "start_ns", t->window_start_ns);
+  json_writer_kv_uint(w, "end_ns", t->window_end_ns);
+  json_writer_end_object(w);
+
+  json_writer_key(w, "api");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "runtime", in->api.api_runtime);
+  json_writer_kv_uint(w, "driver", in->api.api_driver);
+  json_writer_end_object(w);
+
+  json_writer_key(w, "kernels");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "count", t->kernels);
+  json_writer_kv_uint(w, "gpu_time_ns", t->kernel_time_ns);
+  json_writer_key(w, "by_name");
+  json_writer_begin_array(w);
+  for (size_t i = 0; i < n_kernels; i++)
+    write_kernel(w, kernels[i]);
+  json_writer_end_array(w);
+  json_writer_end_object(w);
+
+  json_writer_key(w, "streams");
+  json_writer_begin_array(w);
+  for (size_t i = 0; i < n_streams; i++) {
+    json_writer_begin_object(w);
+    json_writer_kv_uint(w, "device", streams[i]->key.device);
+    json_writer_kv_uint(w, "context", streams[i]->key.context);
+    json_writer_kv_uint(w, "stream", streams[i]->key.stream);
+    json_writer_kv_uint(w, "kernels", streams[i]->kernels);
+    json_writer_kv_uint(w, "memcpys", streams[i]->memcpys);
+    json_writer_kv_uint(w, "memsets", streams[i]->memsets);
+    json_writer_end_object(w);
+  }
+  json_writer_end_array(w);
+
+  /* Directions in CUPTI's enum order, "unknown" last; only those that occurred. */
+  json_writer_key(w, "memcpy");
+  json_writer_begin_object(w);
+  for (unsigned i = 1; i <= EVENT_COPY_KIND_COUNT; i++) {
+    unsigned kind = i % EVENT_COPY_KIND_COUNT;
+    const struct agg_bucket *b = &t->memcpy[kind];
+    if (b->count)
+      write_bucket(w, aggregate_copy_kind_name(kind), b->count, b->bytes, "gpu_time_ns",
+                   b->gpu_time_ns, 1);
+  }
+  json_writer_end_object(w);
+  write_bucket(w, "memset", t->memset.count, t->memset.bytes, "gpu_time_ns", t->memset.gpu_time_ns,
+               1);
+  write_bucket(w, "sync", t->syncs, 0, "time_ns", t->sync_time_ns, 0);
+
+  write_memory(w, in->mem);
+
+  json_writer_key(w, "joins");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "runtime", t->joins_runtime);
+  json_writer_kv_uint(w, "driver", t->joins_driver);
+  json_writer_kv_uint(w, "unknown", t->joins_unknown);
+  json_writer_end_object(w);
+
+  json_writer_key(w, "losses");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "cupti_dropped_records", in->worker.dropped_records);
+  json_writer_kv_uint(w, "zero_timestamps", in->worker.zero_timestamps);
+  json_writer_kv_uint(w, "invalid_records", in->worker.invalid_records);
+  json_writer_kv_uint(w, "unknown_correlation", t->joins_unknown);
+  json_writer_kv_uint(w, "unknown_frees", in->mem ? in->mem->unknown_frees : 0);
+  json_writer_kv_uint(w, "buffer_pool_exhausted", in->buffer_pool_exhausted);
+  json_writer_end_object(w);
+
+  json_writer_end_object(w);
+  ret = json_writer_finish(w);
+
+  if (in->agg)
+    aggregate_unlock(in->agg);
+  free(kernels);
+  free(streams);
+  return ret;
+}
+
+/* ---- the file ---- */
+
+/* mkdir -p; 0 or -errno. */
+static int make_dirs(const char *dir)
+{
+  char path[PATH_MAX];
+  size_t len = strlen(dir);
+
+  if (len == 0)
+    return 0;
+  if (len >= sizeof(path))
+    return -ENAMETOOLONG;
+  memcpy(path, dir, len + 1);
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(path, 0755) && errno != EEXIST)
+      return -errno;
+    *p = '/';
+  }
+  if (mkdir(path, 0755) && errno != EEXIST)
+    return -errno;
+  return 0;
+}
+
+static int default_path(const struct summary_input *in, char *path, size_t len)
+{
+  char host[256] = "unknown";
+
+  if (gethostname(host, sizeof(host)) == 0)
+    host[sizeof(host) - 1] = '\0';
+  /* A hostname with '/' would escape the directory. */
+  for (char *p = host; *p; p++)
+    if (*p == '/')
+      *p = '_';
+  if ((size_t)snprintf(path, len, "%s/gpuprof-%s-%d-summary.json", in->cfg->output_dir, host,
+                       in->pid) >= len)
+    return -ENAMETOOLONG;
+  return 0;
+}
+
+int summary_write_file(const struct summary_input *in, char *out_path, size_t out_len)
+{
+  char path[PATH_MAX], tmp[PATH_MAX + 32] = "", dir[PATH_MAX];
+  const char *what = "write";
+  struct json_writer *w = NULL;
+  struct fd_writer fw;
+  char *slash;
+  int fd = -1, ret;
+
+  if (in->cfg->summary_file[0])
+    snprintf(path, sizeof(path), "%s", in->cfg->summary_file);
+  else if ((ret = default_path(in, path, sizeof(path))) != 0)
+    goto out;
+  if (out_path)
+    snprintf(out_path, out_len, "%s", path);
+
+  snprintf(dir, sizeof(dir), "%s", path);
+  slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    ret = make_dirs(dir);
+    if (ret) {
+      char buf[128];
+      log_error(
+          "cannot create the directory %s for the summary %s: %s; set %s to a writable location",
+          dir, path, strerror_r(-ret, buf, sizeof(buf)),
+          in->cfg->summary_file[0] ? "GPUPROF_SUMMARY_FILE" : "GPUPROF_OUTPUT_DIR");
+      return ret;
+    }
+  }
+
+  if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, in->pid) >= sizeof(tmp)) {
+    ret = -ENAMETOOLONG;
+    goto out;
+  }
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    ret = -errno;
+    goto out;
+  }
+  fd_writer_init(&fw, fd);
+  w = json_writer_new(fd_writer_sink, &fw, JSON_PRETTY);
+  if (!w) {
+    ret = -ENOMEM;
+    goto out;
+  }
+  ret = summary_write_json(in, w);
+  if (!ret)
+    ret = fd_writer_flush(&fw);
+  if (!ret && close(fd) != 0)
+    ret = -errno;
+  fd = -1;
+  if (ret)
+    goto out;
+  what = "rename the temporary file to";
+  if (rename(tmp, path) != 0)
+    ret = -errno;
+out:
+  if (fd >= 0)
+    close(fd);
+  json_writer_free(w);
+  if (ret) {
+    char buf[128];
+    const char *err = strerror_r(-ret, buf, sizeof(buf));
+    if (tmp[0])
+      unlink(tmp);
+    log_error("cannot %s the summary %s: %s; set %s to a writable location", what, path, err,
+              in->cfg->summary_file[0] ? "GPUPROF_SUMMARY_FILE" : "GPUPROF_OUTPUT_DIR");
+  }
+  return ret;
+}
+
+/* ---- the human version ---- */
+
+static void fmt_bytes(uint64_t b, char *buf, size_t len)
+{
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int u = 0;
+
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%llu B", (unsigned long long)b);
+  else
+    snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
+static void fmt_ns(uint64_t ns, char *buf, size_t len)
+{
+  if (ns < 10000)
+    snprintf(buf, len, "%llu ns", (unsigned long long)ns);
+  else if (ns < 10000000ull)
+    snprintf(buf, len, "%.1f us", (double)ns / 1e3);
+  else if (ns < 10000000000ull)
+    snprintf(buf, len, "%.1f ms", (double)ns / 1e6);
+  else
+    snprintf(buf, len, "%.2f s", (double)ns / 1e9);
+}
+
+void summary_print(const struct summary_input *in, const char *written_to)
+{
+  static const struct agg_totals zero;
+  const struct agg_totals *t = &zero;
+  struct agg_kernel **kernels = NULL;
+  size_t n_kernels = 0;
+  struct fd_writer fw;
+  char a[32], b[32];
+  uint64_t losses;
+
+  fd_writer_init(&fw, 2);
+  if (!in->active) {
+    fd_writer_printf(&fw, "gpuprof: pid %d: inactive (%s)\n", in->pid, in->inactive_reason);
+    goto out;
+  }
+  aggregate_lock(in->agg);
+  t = aggregate_totals(in->agg);
+  n_kernels = aggregate_kernels_sorted(in->agg, &kernels);
+
+  fd_writer_printf(&fw, "gpuprof: pid %d summary (CUPTI %u from %s)\n", in->pid, in->cupti_version,
+                   in->cupti_path);
+  fd_writer_printf(&fw, "gpuprof:   API calls: %llu runtime, %llu driver\n",
+                   (unsigned long long)in->api.api_runtime, (unsigned long long)in->api.api_driver);
+  fmt_ns(t->kernel_time_ns, a, sizeof(a));
+  fd_writer_printf(&fw, "gpuprof:   kernels: %llu launches, %s GPU time%s\n",
+                   (unsigned long long)t->kernels, a,
+                   n_kernels > TOP_KERNELS ? " (top 10 by GPU time)" : "");
+  for (size_t i = 0; i < n_kernels && i < TOP_KERNELS; i++) {
+    fmt_ns(kernels[i]->gpu_time_ns, a, sizeof(a));
+    fd_writer_printf(&fw, "gpuprof:     %10s %8llux  %.180s\n", a,
+                     (unsigned long long)kernels[i]->count, kernels[i]->name);
+  }
+  for (unsigned i = 1; i <= EVENT_COPY_KIND_COUNT; i++) {
+    unsigned kind = i % EVENT_COPY_KIND_COUNT;
+    const struct agg_bucket *m = &t->memcpy[kind];
+    if (!m->count)
+      continue;
+    fmt_bytes(m->bytes, a, sizeof(a));
+    fmt_ns(m->gpu_time_ns, b, sizeof(b));
+    fd_writer_printf(&fw, "gpuprof:   memcpy %-7s %llu copies, %s, %s\n",
+                     aggregate_copy_kind_name(kind), (unsigned long long)m->count, a, b);
+  }
+  if (t->memset.count) {
+    fmt_bytes(t->memset.bytes, a, sizeof(a));
+    fd_writer_printf(&fw, "gpuprof:   memset: %llu sets, %s\n", (unsigned long long)t->memset.count,
+                     a);
+  }
+  for (int i = 0; in->mem && i <= ALLOC_MAX_DEVICES; i++) {
+    const struct alloc_device_stats *d = &in->mem->dev[i];
+    if (!d->allocs && !d->frees)
+      continue;
+    fmt_bytes(d->peak_in_use, a, sizeof(a));
+    fmt_bytes(d->in_use, b, sizeof(b));
+    if (i == 0)
+      fd_writer_printf(&fw, "gpuprof:   pinned host memory: ");
+    else
+      fd_writer_printf(&fw, "gpuprof:   memory on device %d: ", i - 1);
+    fd_writer_printf(&fw, "%llu allocations, %llu frees, peak %s in use, %s in use at exit\n",
+                     (unsigned long long)d->allocs, (unsigned long long)d->frees, a, b);
+  }
+
+  losses = in->worker.dropped_records + in->worker.zero_timestamps + in->worker.invalid_records +
+           t->joins_unknown + (in->mem ? in->mem->unknown_frees : 0) + in->buffer_pool_exhausted;
+  if (!losses)
+    fd_writer_printf(&fw, "gpuprof:   losses: none\n");
+  else
+    fd_writer_printf(
+        &fw,
+        "gpuprof:   losses: %llu dropped records, %llu without timestamps, %llu invalid, "
+        "%llu unknown correlation, %llu unknown frees, %llu buffer requests refused\n",
+        (unsigned long long)in->worker.dropped_records,
+        (unsigned long long)in->worker.zero_timestamps,
+        (unsigned long long)in->worker.invalid_records, (unsigned long long)t->joins_unknown,
+        (unsigned long long)(in->mem ? in->mem->unknown_frees : 0),
+        (unsigned long long)in->buffer_pool_exhausted);
+  aggregate_unlock(in->agg);
+  free(kernels);
+out:
+  if (written_to)
+    fd_writer_printf(&fw, "gpuprof:   summary: %s\n", written_to);
+  fd_writer_flush(&fw);
+}

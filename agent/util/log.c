@@ -1,0 +1,69 @@
+/* Leveled logging to stderr through write(2), with a prefix per module; safe on callback paths. */
+#include "agent/util/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LOG_LINE_MAX 1024
+
+atomic_int log_threshold = LOG_WARN;
+
+/* Set while this thread formats or writes a message; a nested call is dropped. */
+static __thread int log_busy;
+
+void log_set_level(enum log_level level)
+{
+  atomic_store_explicit(&log_threshold, (int)level, memory_order_relaxed);
+}
+
+static int write_all(int fd, const char *p, size_t len)
+{
+  while (len > 0) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+void log_write(enum log_level level, const char *module, const char *fmt, ...)
+{
+  char line[LOG_LINE_MAX];
+  size_t len;
+  int n;
+  va_list ap;
+  int saved = errno; /* never disturb the application's errno */
+
+  (void)level;
+  if (log_busy)
+    return;
+  log_busy = 1;
+
+  if (module)
+    n = snprintf(line, sizeof(line), "gpuprof: %s: ", module);
+  else
+    n = snprintf(line, sizeof(line), "gpuprof: ");
+  len = n > 0 ? (size_t)n : 0;
+
+  va_start(ap, fmt);
+  n = vsnprintf(line + len, sizeof(line) - len, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    len += (size_t)n;
+  /* Truncated messages keep their newline: leave room for it. */
+  if (len > sizeof(line) - 2)
+    len = sizeof(line) - 2;
+  line[len++] = '\n';
+
+  write_all(STDERR_FILENO, line, len);
+  log_busy = 0;
+  errno = saved;
+}

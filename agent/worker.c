@@ -1,0 +1,241 @@
+/* The agent's worker thread: decodes completed CUPTI buffers, aggregates, flushes periodically. */
+#define LOG_MODULE "worker"
+#include "agent/worker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/aggregate.h"
+#include "agent/util/clock.h"
+#include "agent/util/guard.h"
+#include "agent/util/log.h"
+#include "cupti/buffers.h"
+#include "cupti/decode.h"
+#include "cupti/loader.h"
+
+struct item {
+  uint8_t *buffer;
+  size_t valid_size;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t wake;    /* work queued, or stop */
+  pthread_cond_t settled; /* a flush returned */
+  pthread_t thread;
+  int started;   /* thread exists and has not been joined */
+  int accepting; /* worker_submit may queue */
+  int stop;
+  int flush_enabled;
+  int flushing;
+  struct item *queue; /* ring of `cap` items */
+  unsigned cap, head, count;
+  struct item *batch; /* the worker's private copy of a taken queue */
+  struct buffer_pool *pool;
+  struct aggregate *agg;
+  uint64_t flush_interval_ns;
+} w = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static struct {
+  _Atomic uint64_t buffers, records, dropped, invalid, zero_ts, flushes, lost;
+} stats;
+
+#define ADD(field, n) atomic_fetch_add_explicit(&stats.field, (n), memory_order_relaxed)
+
+static void on_event(const struct event *ev, void *arg)
+{
+  aggregate_event(arg, ev);
+}
+
+static void process(struct item *it)
+{
+  struct decode_stats ds = {0};
+  size_t dropped = 0;
+
+  decode_buffer(it->buffer, it->valid_size, on_event, w.agg, &ds);
+  /* Host-side drops are counted by CUPTI since the last call (the call resets the count). */
+  if (cupti_fn.ActivityGetNumDroppedRecords &&
+      cupti_fn.ActivityGetNumDroppedRecords(NULL, 0, &dropped) == CUPTI_SUCCESS && dropped)
+    ADD(dropped, dropped);
+  ADD(buffers, 1);
+  ADD(records, ds.records);
+  ADD(invalid, ds.invalid_records);
+  ADD(zero_ts, ds.zero_timestamps);
+  buffer_pool_put(w.pool, it->buffer);
+}
+
+static void *worker_main(void *arg)
+{
+  uint64_t next_flush = clock_monotonic_ns() + w.flush_interval_ns;
+
+  (void)arg;
+  /* Whatever this thread calls into CUPTI must not come back as an agent callback. */
+  guard_hold();
+  pthread_mutex_lock(&w.lock);
+  for (;;) {
+    unsigned n = 0;
+    int do_flush;
+
+    while (!w.stop && w.count == 0) {
+      if (w.flush_enabled && clock_monotonic_ns() >= next_flush)
+        break;
+      struct timespec ts = clock_ns_to_timespec(next_flush);
+      pthread_cond_timedwait(&w.wake, &w.lock, &ts);
+    }
+    while (w.count) {
+      w.batch[n++] = w.queue[w.head];
+      w.head = (w.head + 1) % w.cap;
+      w.count--;
+    }
+    if (w.stop && n == 0)
+      break;
+    do_flush = w.flush_enabled && !w.stop && clock_monotonic_ns() >= next_flush;
+    w.flushing = do_flush;
+    pthread_mutex_unlock(&w.lock);
+
+    for (unsigned i = 0; i < n; i++)
+      process(&w.batch[i]);
+    if (do_flush) {
+      /* Delivers every buffer whose records are complete; completions come back through
+       * worker_submit, possibly on this very thread (the mutex is not held here). */
+      cupti_fn.ActivityFlushAll(0);
+      ADD(flushes, 1);
+      next_flush = clock_monotonic_ns() + w.flush_interval_ns;
+    }
+
+    pthread_mutex_lock(&w.lock);
+    if (do_flush) {
+      w.flushing = 0;
+      pthread_cond_broadcast(&w.settled);
+    }
+  }
+  w.accepting = 0;
+  pthread_mutex_unlock(&w.lock);
+  return NULL;
+}
+
+int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush_interval_ns)
+{
+  pthread_condattr_t attr;
+  sigset_t all, old;
+  int ret;
+
+  w.cap = buffer_pool_count(pool) + 1;
+  w.queue = calloc(w.cap, sizeof(*w.queue));
+  w.batch = calloc(w.cap, sizeof(*w.batch));
+  if (!w.queue || !w.batch) {
+    ret = -ENOMEM;
+    goto out;
+  }
+  w.pool = pool;
+  w.agg = agg;
+  w.flush_interval_ns = flush_interval_ns;
+  w.flush_enabled = 1;
+  w.accepting = 1;
+
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&w.wake, &attr);
+  pthread_cond_init(&w.settled, &attr);
+  pthread_condattr_destroy(&attr);
+
+  /* The thread inherits this mask: no application signal is ever delivered to it. */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  ret = -pthread_create(&w.thread, NULL, worker_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (ret) {
+    w.accepting = 0;
+    goto out;
+  }
+  pthread_setname_np(w.thread, "gpuprof-worker");
+  w.started = 1;
+out:
+  if (ret) {
+    free(w.queue);
+    free(w.batch);
+    w.queue = w.batch = NULL;
+  }
+  return ret;
+}
+
+int worker_submit(uint8_t *buffer, size_t valid_size)
+{
+  int ret = 0;
+
+  pthread_mutex_lock(&w.lock);
+  if (!w.accepting) {
+    ret = -ESHUTDOWN;
+  } else if (w.count == w.cap) {
+    ret = -ENOSPC; /* cannot happen: the queue holds every buffer the pool has */
+  } else {
+    w.queue[(w.head + w.count) % w.cap] = (struct item){buffer, valid_size};
+    w.count++;
+    pthread_cond_signal(&w.wake);
+  }
+  pthread_mutex_unlock(&w.lock);
+  if (ret)
+    ADD(lost, 1);
+  return ret;
+}
+
+void worker_pause_flushing(void)
+{
+  pthread_mutex_lock(&w.lock);
+  w.flush_enabled = 0;
+  while (w.flushing)
+    pthread_cond_wait(&w.settled, &w.lock);
+  pthread_mutex_unlock(&w.lock);
+}
+
+int worker_stop(unsigned timeout_ms)
+{
+  struct timespec deadline;
+  int ret;
+
+  pthread_mutex_lock(&w.lock);
+  if (!w.started) {
+    pthread_mutex_unlock(&w.lock);
+    return 0;
+  }
+  w.started = 0;
+  w.stop = 1;
+  pthread_cond_signal(&w.wake);
+  pthread_mutex_unlock(&w.lock);
+
+  deadline = clock_ns_to_timespec(clock_realtime_ns() + (uint64_t)timeout_ms * 1000000ull);
+  ret = pthread_timedjoin_np(w.thread, NULL, &deadline);
+  if (ret) {
+    /* Better an incomplete summary than a process that cannot exit. */
+    log_warn("the worker thread did not finish within %u ms; writing the summary without it",
+             timeout_ms);
+    pthread_detach(w.thread);
+    return -ETIMEDOUT;
+  }
+  return 0;
+}
+
+void worker_get_stats(struct worker_stats *out)
+{
+  out->buffers = atomic_load(&stats.buffers);
+  out->records = atomic_load(&stats.records);
+  out->dropped_records = atomic_load(&stats.dropped);
+  out->invalid_records = atomic_load(&stats.invalid);
+  out->zero_timestamps = atomic_load(&stats.zero_ts);
+  out->flushes = atomic_load(&stats.flushes);
+  out->lost_buffers = atomic_load(&stats.lost);
+}
+
+void worker_forget(void)
+{
+  /* In a forked child the mutex may be held by a parent thread that does not exist here:
+   * never lock it. The flags are read by nothing in a dormant child; reset for clarity. */
+  w.started = 0;
+  w.accepting = 0;
+}

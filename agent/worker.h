@@ -1,0 +1,46 @@
+/* The agent's worker thread: decodes completed CUPTI buffers, aggregates, flushes periodically. */
+#ifndef GPUPROF_AGENT_WORKER_H
+#define GPUPROF_AGENT_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct aggregate;
+struct buffer_pool;
+
+struct worker_stats {
+  uint64_t buffers;         /* completed buffers processed */
+  uint64_t records;         /* records read from them */
+  uint64_t dropped_records; /* cuptiActivityGetNumDroppedRecords, summed */
+  uint64_t invalid_records; /* buffers that ended in an unreadable record */
+  uint64_t zero_timestamps; /* GPU records without timing */
+  uint64_t flushes;         /* periodic cuptiActivityFlushAll(0) calls */
+  uint64_t lost_buffers;    /* completed after the worker stopped: returned unread */
+};
+
+/*
+ * One worker per process (a singleton: CUPTI's buffer callbacks carry no user pointer).
+ *
+ * Locking: one mutex guards the queue of completed buffers and the flush state. The
+ * completion callback holds it only to append; the worker holds it only to take the queue,
+ * and never while it decodes or calls cuptiActivityFlushAll (FlushAll may run the completion
+ * callback on the calling thread, which then needs the mutex).
+ */
+int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush_interval_ns);
+
+/* From the completion callback (any thread): queue a buffer. -ESHUTDOWN when not running. */
+int worker_submit(uint8_t *buffer, size_t valid_size);
+
+/* Stops periodic flushing and waits until a flush in progress has returned. */
+void worker_pause_flushing(void);
+
+/* Processes what is queued, stops and joins the thread (waits at most timeout_ms; returns
+ * -ETIMEDOUT if the thread did not finish, and then leaves it running detached). Idempotent. */
+int worker_stop(unsigned timeout_ms);
+
+void worker_get_stats(struct worker_stats *out);
+
+/* Forked child: the thread does not exist there. Forget it without touching locks. */
+void worker_forget(void);
+
+#endif

@@ -1,0 +1,381 @@
+/* The CUPTI subscription: callbacks on application threads, enabled cbids and activity kinds. */
+#define LOG_MODULE "cupti"
+#include "cupti/subscriber.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cupti.h>
+
+#include "agent/agent.h"
+#include "agent/alloc_map.h"
+#include "agent/corr.h"
+#include "agent/ctx_map.h"
+#include "agent/thread.h"
+#include "agent/util/clock.h"
+#include "agent/util/counter.h"
+#include "agent/util/guard.h"
+#include "agent/util/log.h"
+#include "cupti/buffers.h"
+#include "cupti/cbids.h"
+#include "cupti/loader.h"
+
+/* Set in subscriber_start, before any callback is enabled; read-only afterwards. */
+static CUpti_SubscriberHandle subscriber;
+static struct corr_table *corr;
+static struct alloc_map *allocs;
+
+static struct striped_counter api_runtime, api_driver;
+static _Atomic uint64_t n_contexts, n_streams, n_graph_nodes;
+
+/* ---- application-thread side (hot path) ---- */
+
+/* The device an allocation made in this context belongs to: the cache first (lock-free),
+ * cuptiGetDeviceId (documented as callable from callbacks) to fill it. */
+static int32_t context_device(CUcontext ctx, uint32_t context_uid)
+{
+  int32_t dev = ctx_map_get(context_uid);
+  uint32_t id;
+
+  if (dev >= 0)
+    return dev;
+  if (ctx && cupti_fn.GetDeviceId && cupti_fn.GetDeviceId(ctx, &id) == CUPTI_SUCCESS) {
+    ctx_map_set(context_uid, (int32_t)id);
+    return (int32_t)id;
+  }
+  return 0; /* no context information at all: a single-device process is the common case */
+}
+
+static uint64_t read_u64(const void *p)
+{
+  uint64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+/* Reads the result of an alloc/free API at EXIT (outputs are only valid there) and updates
+ * the live map. Only the outermost memory call of a thread gets here, so a cudaMalloc that
+ * reaches cuMemAlloc is counted once. */
+static void track_memory(const struct cbid_entry *e, const CUpti_CallbackData *cb)
+{
+  const char *params = cb->functionParams;
+  struct alloc_info info = {.kind = e->kind, .corr_id = cb->correlationId, .api = cb->functionName};
+  enum alloc_space space = ALLOC_SPACE_VA;
+  uint64_t key = 0;
+
+  if (!params)
+    return;
+  switch (e->params) {
+  case CBID_PARAMS_OUT_PTR_SIZE: {
+    const void *out = *(void *const *)(params + e->ptr_off);
+    if (!out)
+      return;
+    key = read_u64(out);
+    info.size = read_u64(params + e->size_off);
+    break;
+  }
+  case CBID_PARAMS_RT_PITCH: {
+    const cudaMallocPitch_v3020_params *p = (const void *)params;
+    if (!p->devPtr || !p->pitch)
+      return;
+    key = (uint64_t)(uintptr_t)*p->devPtr;
+    info.size = *p->pitch * p->height;
+    break;
+  }
+  case CBID_PARAMS_DRV_PITCH: {
+    const cuMemAllocPitch_v2_params *p = (const void *)params;
+    if (!p->dptr || !p->pPitch)
+      return;
+    key = *p->dptr;
+    info.size = *p->pPitch * p->Height;
+    break;
+  }
+  case CBID_PARAMS_RT_3D: {
+    const cudaMalloc3D_v3020_params *p = (const void *)params;
+    if (!p->pitchedDevPtr)
+      return;
+    key = (uint64_t)(uintptr_t)p->pitchedDevPtr->ptr;
+    info.size =
+        p->pitchedDevPtr->pitch * p->extent.height * (p->extent.depth ? p->extent.depth : 1);
+    break;
+  }
+  case CBID_PARAMS_VMM_CREATE: {
+    const cuMemCreate_params *p = (const void *)params;
+    if (!p->handle)
+      return;
+    space = ALLOC_SPACE_VMM_HANDLE;
+    key = *p->handle;
+    info.size = p->size;
+    if (p->prop && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+      info.device = p->prop->location.id;
+      goto insert;
+    }
+    break;
+  }
+  case CBID_PARAMS_IN_PTR:
+    key = read_u64(params + e->ptr_off);
+    if (!key)
+      return; /* cudaFree(NULL) and friends free nothing */
+    alloc_map_remove(allocs, ALLOC_SPACE_VA, key, NULL);
+    return;
+  case CBID_PARAMS_VMM_RELEASE:
+    key = read_u64(params + e->ptr_off);
+    alloc_map_remove(allocs, ALLOC_SPACE_VMM_HANDLE, key, NULL);
+    return;
+  default:
+    return;
+  }
+  if (!key)
+    return;
+  info.device = e->kind == ALLOC_KIND_PINNED ? ALLOC_DEVICE_HOST
+                                             : context_device(cb->context, cb->contextUid);
+insert:
+  alloc_map_insert(allocs, space, key, &info);
+}
+
+/* cudaError_t / CUresult: 0 is success for both. */
+static int call_succeeded(const CUpti_CallbackData *cb)
+{
+  int result;
+
+  if (!cb->functionReturnValue)
+    return 0;
+  memcpy(&result, cb->functionReturnValue, sizeof(result));
+  return result == 0;
+}
+
+static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
+{
+  const struct cbid_entry *e = cbid_lookup(domain, cbid);
+  struct thread_state *ts = thread_state_get();
+  uint8_t dom = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CORR_DOMAIN_RUNTIME : CORR_DOMAIN_DRIVER;
+  int is_memory = e && (e->cls == CBID_ALLOC || e->cls == CBID_FREE);
+
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    struct corr_info info = {
+        .corr_id = cb->correlationId,
+        .tid = ts->tid,
+        .cbid = (uint16_t)cbid,
+        .domain = dom,
+        .api_name = cb->functionName,
+        .enter_ns = clock_realtime_ns(),
+    };
+    thread_push_call(ts, cb->correlationId, dom, is_memory);
+    if (dom == CORR_DOMAIN_DRIVER)
+      info.parent_corr_id = thread_parent_runtime(ts);
+    corr_table_enter(corr, &info);
+    striped_counter_add(dom == CORR_DOMAIN_RUNTIME ? &api_runtime : &api_driver, ts->tid, 1);
+    return;
+  }
+
+  corr_table_exit(corr, cb->correlationId, clock_realtime_ns());
+  if (is_memory && !thread_inside_memory_call(ts) && call_succeeded(cb))
+    track_memory(e, cb);
+  thread_pop_call(ts, cb->correlationId);
+}
+
+static void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
+{
+  uint32_t uid, dev;
+
+  switch (cbid) {
+  case CUPTI_CBID_RESOURCE_CONTEXT_CREATED:
+    atomic_fetch_add_explicit(&n_contexts, 1, memory_order_relaxed);
+    if (rd->context && cupti_fn.GetContextId && cupti_fn.GetDeviceId &&
+        cupti_fn.GetContextId(rd->context, &uid) == CUPTI_SUCCESS &&
+        cupti_fn.GetDeviceId(rd->context, &dev) == CUPTI_SUCCESS)
+      ctx_map_set(uid, (int32_t)dev);
+    break;
+  case CUPTI_CBID_RESOURCE_STREAM_CREATED:
+    atomic_fetch_add_explicit(&n_streams, 1, memory_order_relaxed);
+    break;
+  case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
+  case CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED:
+    /* Later: node id -> the capture-time call's stack. Counted for now. */
+    atomic_fetch_add_explicit(&n_graph_nodes, 1, memory_order_relaxed);
+    break;
+  default:
+    break;
+  }
+}
+
+/* Every way CUPTI enters the agent on an application thread comes through here. */
+static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                 const void *data)
+{
+  int saved;
+
+  (void)userdata;
+  /* One load: stopping, inactive, forked-child and not-yet-started states all return here. */
+  if (!agent_is_active() || !data)
+    return;
+  if (!guard_enter(&saved))
+    return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API)
+    on_api(domain, cbid, data);
+  else if (domain == CUPTI_CB_DOMAIN_RESOURCE)
+    on_resource(cbid, data);
+  guard_leave(saved);
+}
+
+/* ---- setup (inside InitializeInjection) ---- */
+
+static const struct {
+  CUpti_ActivityKind kind;
+  const char *name;
+  int dump; /* cuptiActivityEnableAndDump: also emit records of objects that already exist */
+} activity_kinds[] = {
+    /* CONCURRENT_KERNEL, never KERNEL: KERNEL serializes all kernels on the GPU. */
+    {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "CONCURRENT_KERNEL", 0},
+    {CUPTI_ACTIVITY_KIND_MEMCPY, "MEMCPY", 0},
+    {CUPTI_ACTIVITY_KIND_MEMCPY2, "MEMCPY2", 0},
+    {CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET", 0},
+    {CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2", 0},
+    {CUPTI_ACTIVITY_KIND_MEMORY_POOL, "MEMORY_POOL", 0},
+    {CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, "SYNCHRONIZATION", 0},
+    {CUPTI_ACTIVITY_KIND_OVERHEAD, "OVERHEAD", 0},
+    {CUPTI_ACTIVITY_KIND_DEVICE, "DEVICE", 1},
+    {CUPTI_ACTIVITY_KIND_CONTEXT, "CONTEXT", 1},
+    {CUPTI_ACTIVITY_KIND_STREAM, "STREAM", 1},
+};
+
+#define N_KINDS (sizeof(activity_kinds) / sizeof(activity_kinds[0]))
+
+static int kind_enabled[N_KINDS];
+
+static const CUpti_CallbackId resource_cbids[] = {
+    CUPTI_CBID_RESOURCE_CONTEXT_CREATED,  CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+    CUPTI_CBID_RESOURCE_STREAM_CREATED,   CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
+    CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+};
+
+static void set_attribute_u8(CUpti_ActivityAttribute attr, const char *name, uint8_t value)
+{
+  size_t size = sizeof(value);
+  CUptiResult res = cupti_fn.ActivitySetAttribute(attr, &size, &value);
+
+  if (res != CUPTI_SUCCESS)
+    log_debug("cannot set %s=%u: %s", name, value, cupti_result_string(res));
+}
+
+int subscriber_start(struct corr_table *corr_table, struct alloc_map *alloc_map, char *reason,
+                     size_t reason_len)
+{
+  char other[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN * 2] = "";
+  CUpti_SubscriberParams params;
+  CUptiResult res;
+  int ret = 0;
+
+  corr = corr_table;
+  allocs = alloc_map;
+  cbid_table_init();
+
+  memset(&params, 0, sizeof(params));
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "gpuprof";
+  params.oldSubscriberName = other;
+  params.oldSubscriberSize = sizeof(other);
+  res = cupti_fn.Subscribe_v2(&subscriber, on_callback, NULL, &params);
+  if (res == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    /* Registering buffer callbacks now would hijack the other client's records: stay out. */
+    snprintf(reason, reason_len,
+             "another CUPTI client is already attached (%s); gpuprof is inactive in this "
+             "process (CUDA 13.0 allows one; stop torch.profiler/nsys/ncu to use gpuprof)",
+             other[0] ? other : "name not reported");
+    ret = -EBUSY;
+    goto out;
+  }
+  if (res != CUPTI_SUCCESS) {
+    snprintf(reason, reason_len,
+             "cuptiSubscribe_v2 failed: %s; gpuprof is inactive in this process",
+             cupti_result_string(res));
+    ret = -EIO;
+    goto out;
+  }
+
+  /* Kernel thread ids (gettid) match /proc, perf and the tids the callbacks record. */
+  res = cupti_fn.SetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+  if (res != CUPTI_SUCCESS)
+    log_debug("cuptiSetThreadIdType(SYSTEM): %s", cupti_result_string(res));
+
+  /*
+   * Per-thread activity buffers off (CUDA 13 defaults them on): with them CUPTI asks for one
+   * buffer per thread that produces records, so the memory use scales with the application's
+   * thread count and a bounded pool runs dry in a 64-thread process. Most of our records
+   * (kernels, copies, sets) are produced by CUPTI's own post-processing anyway, so the shared
+   * buffers cost little contention. Must be set before registering callbacks and enabling.
+   */
+  set_attribute_u8(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, "PER_THREAD_ACTIVITY_BUFFER", 0);
+  /* The pool hands out zeroed buffers (the worker zeroes them), so CUPTI need not zero them
+   * on the application thread that requests one. */
+  set_attribute_u8(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, "ZEROED_OUT_ACTIVITY_BUFFER", 1);
+
+  res = cupti_fn.ActivityRegisterCallbacks(buffers_requested, buffers_completed);
+  if (res != CUPTI_SUCCESS) {
+    snprintf(reason, reason_len,
+             "cuptiActivityRegisterCallbacks failed: %s; gpuprof is inactive in this process",
+             cupti_result_string(res));
+    cupti_fn.Unsubscribe(subscriber);
+    ret = -EIO;
+    goto out;
+  }
+out:
+  return ret;
+}
+
+void subscriber_enable(void)
+{
+  const struct cbid_entry *table;
+  unsigned n, failed = 0;
+  CUptiResult res;
+
+  table = cbid_table(&n);
+  for (unsigned i = 0; i < n; i++) {
+    res = cupti_fn.EnableCallback(1, subscriber, table[i].domain, table[i].cbid);
+    if (res != CUPTI_SUCCESS) {
+      failed++;
+      log_debug("cannot enable callback %u in domain %d: %s", table[i].cbid, table[i].domain,
+                cupti_result_string(res));
+    }
+  }
+  for (unsigned i = 0; i < sizeof(resource_cbids) / sizeof(resource_cbids[0]); i++) {
+    res = cupti_fn.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, resource_cbids[i]);
+    if (res != CUPTI_SUCCESS) {
+      failed++;
+      log_debug("cannot enable resource callback %u: %s", resource_cbids[i],
+                cupti_result_string(res));
+    }
+  }
+  if (failed)
+    log_info("%u of %zu callbacks could not be enabled (run with GPUPROF_LOG=debug for the list)",
+             failed, (size_t)n + sizeof(resource_cbids) / sizeof(resource_cbids[0]));
+
+  for (unsigned i = 0; i < N_KINDS; i++) {
+    res = activity_kinds[i].dump ? cupti_fn.ActivityEnableAndDump(activity_kinds[i].kind)
+                                 : cupti_fn.ActivityEnable(activity_kinds[i].kind);
+    kind_enabled[i] = res == CUPTI_SUCCESS;
+    if (res != CUPTI_SUCCESS)
+      log_warn("cannot enable CUPTI activity kind %s: %s; continuing without those records",
+               activity_kinds[i].name, cupti_result_string(res));
+  }
+}
+
+void subscriber_disable_activity(void)
+{
+  for (unsigned i = 0; i < N_KINDS; i++) {
+    if (kind_enabled[i]) {
+      cupti_fn.ActivityDisable(activity_kinds[i].kind);
+      kind_enabled[i] = 0;
+    }
+  }
+}
+
+void subscriber_get_stats(struct subscriber_stats *out)
+{
+  out->api_runtime = striped_counter_sum(&api_runtime);
+  out->api_driver = striped_counter_sum(&api_driver);
+  out->contexts = atomic_load(&n_contexts);
+  out->streams = atomic_load(&n_streams);
+  out->graph_nodes = atomic_load(&n_graph_nodes);
+}

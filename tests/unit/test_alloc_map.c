@@ -1,0 +1,176 @@
+/* Unit tests of the live-allocation map (agent/alloc_map.c). */
+#include <errno.h>
+#include <pthread.h>
+
+#include "agent/alloc_map.h"
+#include "unit.h"
+
+static struct alloc_info info(uint64_t size, int32_t device, enum alloc_kind kind)
+{
+  struct alloc_info i = {.size = size,
+                         .device = device,
+                         .kind = (uint8_t)kind,
+                         .corr_id = 7,
+                         .api = "cudaMalloc_v3020"};
+  return i;
+}
+
+static void test_accounting(void)
+{
+  struct alloc_map *m = alloc_map_new(0);
+  struct alloc_map_stats st;
+  struct alloc_info out, in;
+
+  in = info(4096, 0, ALLOC_KIND_DEVICE);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 0x7f0000001000, &in), 0);
+  in = info(8192, 0, ALLOC_KIND_ASYNC);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 0x7f0000100000, &in), 0);
+  in = info(100, ALLOC_DEVICE_HOST, ALLOC_KIND_PINNED);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 0x5555000, &in), 0);
+  /* A VMM handle may equal an address numerically: separate namespaces. */
+  in = info(1 << 21, 1, ALLOC_KIND_VMM);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x5555000, &in), 0);
+
+  CHECK_EQ(alloc_map_lookup(m, ALLOC_SPACE_VA, 0x7f0000001000, &out), 0);
+  CHECK_EQ(out.size, 4096);
+  CHECK_EQ(out.corr_id, 7);
+  CHECK_STR(out.api, "cudaMalloc_v3020");
+
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 4);
+  CHECK_EQ(st.dev[1].allocs, 2);
+  CHECK_EQ(st.dev[1].in_use, 12288);
+  CHECK_EQ(st.dev[1].peak_in_use, 12288);
+  CHECK_EQ(st.dev[1].by_kind[ALLOC_KIND_DEVICE], 4096);
+  CHECK_EQ(st.dev[1].by_kind[ALLOC_KIND_ASYNC], 8192);
+  CHECK_EQ(st.dev[0].in_use, 100); /* host pinned: device -1 */
+  CHECK_EQ(st.dev[0].by_kind[ALLOC_KIND_PINNED], 100);
+  CHECK_EQ(st.dev[2].by_kind[ALLOC_KIND_VMM], 1 << 21);
+
+  CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VA, 0x7f0000001000, &out), 0);
+  CHECK_EQ(out.size, 4096);
+  CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VMM_HANDLE, 0x5555000, NULL), 0);
+  /* The pinned block with the same number is still there. */
+  CHECK_EQ(alloc_map_lookup(m, ALLOC_SPACE_VA, 0x5555000, NULL), 0);
+  /* Unknown and double frees are counted, not fatal. */
+  CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VA, 0x7f0000001000, NULL), (unsigned long long)-ENOENT);
+  CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VA, 0xdead, NULL), (unsigned long long)-ENOENT);
+
+  /* Address reuse after a free: a new allocation; peak stays. */
+  in = info(1024, 0, ALLOC_KIND_DEVICE);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 0x7f0000001000, &in), 0);
+  /* Same address again without a free in between: replaces (its free was not seen). */
+  in = info(2048, 0, ALLOC_KIND_DEVICE);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 0x7f0000001000, &in), 0);
+
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.unknown_frees, 2);
+  CHECK_EQ(st.replaced, 1);
+  CHECK_EQ(st.dev[1].allocs, 4);
+  CHECK_EQ(st.dev[1].frees, 2);
+  CHECK_EQ(st.dev[1].bytes_allocated, 4096 + 8192 + 1024 + 2048);
+  CHECK_EQ(st.dev[1].bytes_freed, 4096 + 1024);
+  CHECK_EQ(st.dev[1].in_use, 8192 + 2048);
+  CHECK_EQ(st.dev[1].peak_in_use, 12288);
+  CHECK_EQ(st.dev[2].in_use, 0);
+  CHECK_EQ(st.dev[2].peak_in_use, 1 << 21);
+
+  /* Out-of-range device: not tracked, counted. */
+  in = info(1, ALLOC_MAX_DEVICES, ALLOC_KIND_DEVICE);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 1, &in), (unsigned long long)-ENOSPC);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.untracked, 1);
+  alloc_map_free(m);
+  alloc_map_free(NULL);
+}
+
+/* Many keys with colliding low bits, removed in an interleaved order: probe chains must survive
+ * backward-shift deletion and growth. */
+static void test_many(void)
+{
+  struct alloc_map *m = alloc_map_new(0);
+  struct alloc_map_stats st;
+  const int n = 50000;
+  struct alloc_info in = info(256, 3, ALLOC_KIND_DEVICE);
+
+  for (int i = 0; i < n; i++)
+    CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 0x700000000000ull + (uint64_t)i * 0x200000, &in),
+             0);
+  for (int i = 0; i < n; i += 2)
+    CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VA, 0x700000000000ull + (uint64_t)i * 0x200000, NULL),
+             0);
+  int missing = 0, present = 0;
+  for (int i = 0; i < n; i++) {
+    int r = alloc_map_lookup(m, ALLOC_SPACE_VA, 0x700000000000ull + (uint64_t)i * 0x200000, NULL);
+    if (i % 2 == 0 && r == 0)
+      present++;
+    if (i % 2 == 1 && r != 0)
+      missing++;
+  }
+  CHECK_EQ(present, 0);
+  CHECK_EQ(missing, 0);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, n / 2);
+  CHECK_EQ(st.dev[4].in_use, (uint64_t)(n / 2) * 256);
+  CHECK_EQ(st.dev[4].peak_in_use, (uint64_t)n * 256);
+  alloc_map_free(m);
+}
+
+static void test_limit(void)
+{
+  struct alloc_map *m = alloc_map_new(3);
+  struct alloc_map_stats st;
+  struct alloc_info in = info(10, 0, ALLOC_KIND_DEVICE);
+
+  for (uint64_t k = 1; k <= 5; k++)
+    alloc_map_insert(m, ALLOC_SPACE_VA, k, &in);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 3);
+  CHECK_EQ(st.untracked, 2);
+  CHECK_EQ(st.dev[1].in_use, 30);
+  alloc_map_free(m);
+}
+
+static struct alloc_map *shared;
+
+static void *churn(void *arg)
+{
+  uint64_t base = (uint64_t)(uintptr_t)arg << 40;
+  struct alloc_info in = info(64, 0, ALLOC_KIND_DEVICE);
+
+  for (int round = 0; round < 200; round++) {
+    for (uint64_t i = 0; i < 100; i++)
+      alloc_map_insert(shared, ALLOC_SPACE_VA, base + i * 64, &in);
+    for (uint64_t i = 0; i < 100; i++)
+      alloc_map_remove(shared, ALLOC_SPACE_VA, base + i * 64, NULL);
+  }
+  return NULL;
+}
+
+static void test_threads(void)
+{
+  pthread_t th[8];
+  struct alloc_map_stats st;
+
+  shared = alloc_map_new(0);
+  for (uintptr_t i = 0; i < 8; i++)
+    pthread_create(&th[i], NULL, churn, (void *)(i + 1));
+  for (int i = 0; i < 8; i++)
+    pthread_join(th[i], NULL);
+  alloc_map_get_stats(shared, &st);
+  CHECK_EQ(st.live, 0);
+  CHECK_EQ(st.dev[1].in_use, 0);
+  CHECK_EQ(st.dev[1].allocs, 8 * 200 * 100);
+  CHECK_EQ(st.unknown_frees, 0);
+  CHECK(st.dev[1].peak_in_use >= 100 * 64);
+  alloc_map_free(shared);
+}
+
+int main(void)
+{
+  RUN(test_accounting);
+  RUN(test_many);
+  RUN(test_limit);
+  RUN(test_threads);
+  UNIT_EXIT();
+}
