@@ -1,0 +1,211 @@
+/* Unit test of the image reader: nvcc's PTX, cubin and fatbins (given as arguments) and built ones.
+ */
+#include "tests/fakegpu/image.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);                            \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+/* The kernels of image_kernels.cu as nvcc mangles them. */
+static const char *const expected[] = {"plain_add", "_Z5scaleIfEvPT_S0_i", "_ZN2ns5innerEPi"};
+#define NEXPECTED 3
+
+struct seen {
+  struct fg_image_function fn[8];
+  char names[8][64];
+  int count;
+};
+
+static int collect(const struct fg_image_function *fn, void *arg)
+{
+  struct seen *s = arg;
+  if (s->count < 8) {
+    s->fn[s->count] = *fn;
+    snprintf(s->names[s->count], sizeof(s->names[0]), "%s", fn->name);
+    s->fn[s->count].name = s->names[s->count];
+  }
+  s->count++;
+  return 0;
+}
+
+static int stop_after_one(const struct fg_image_function *fn, void *arg)
+{
+  (void)fn;
+  ++*(int *)arg;
+  return 1;
+}
+
+static const struct fg_image_function *find(const struct seen *s, const char *name)
+{
+  for (int i = 0; i < s->count && i < 8; i++)
+    if (strcmp(s->fn[i].name, name) == 0)
+      return &s->fn[i];
+  return NULL;
+}
+
+/* Checks that `image` defines exactly the three kernels; `sass` says whether machine code (and
+ * so register counts and shared memory sizes) is in it. */
+static void check_image(const char *what, const void *image, int sass)
+{
+  struct seen s = {0};
+  int n = fg_image_functions(image, collect, &s);
+  CHECK(n == NEXPECTED, "%s: %d entries (expected %d)", what, n, NEXPECTED);
+  CHECK(s.count == n, "%s: %d callbacks for %d entries", what, s.count, n);
+  for (int i = 0; i < NEXPECTED; i++) {
+    const struct fg_image_function *f = find(&s, expected[i]);
+    CHECK(f, "%s: no entry %s", what, expected[i]);
+    if (!f)
+      continue;
+    if (sass)
+      CHECK(f->num_regs > 0 && f->num_regs <= 255, "%s: %s has %d registers", what, f->name,
+            f->num_regs);
+    else
+      CHECK(f->num_regs == 0, "%s: %s has %d registers from PTX", what, f->name, f->num_regs);
+    if (strcmp(f->name, "plain_add") == 0)
+      CHECK(f->max_threads == 256, "%s: plain_add max_threads %d", what, f->max_threads);
+    if (strcmp(f->name, "_ZN2ns5innerEPi") == 0 && sass)
+      CHECK(f->static_smem == 256, "%s: inner static_smem %d", what, f->static_smem);
+  }
+  int calls = 0;
+  n = fg_image_functions(image, stop_after_one, &calls);
+  CHECK(calls == 1 && n == 1, "%s: early stop gave %d calls, %d entries", what, calls, n);
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  /* 8-byte aligned like nvcc's .nv_fatbin, NUL-terminated for PTX. */
+  uint64_t *buf = calloc((size_t)size / 8 + 2, 8);
+  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *len = (size_t)size;
+  return buf;
+}
+
+/* The host stub's __fatBinC_Wrapper_t, as nvcc lays it out in .nvFatBinSegment. */
+struct wrapper {
+  uint32_t magic;
+  uint32_t version;
+  const void *data;
+  void *unused;
+};
+
+static void check_file(const char *path)
+{
+  size_t len;
+  unsigned char *image = read_file(path, &len);
+  CHECK(image, "cannot read %s", path);
+  if (!image)
+    return;
+  const char *ext = strrchr(path, '.');
+  int is_ptx = ext && strcmp(ext, ".ptx") == 0;
+  /* "ptxonly" in a fatbin's name: built without SASS, so nothing knows register counts. */
+  int sass = !is_ptx && !strstr(path, "ptxonly");
+  check_image(path, image, sass);
+  if (ext && strcmp(ext, ".fatbin") == 0) {
+    struct wrapper w = {0x466243b1u, 1, image, NULL};
+    check_image(path, &w, sass);
+  }
+  if (!is_ptx && len > 64) {
+    /* A truncated fatbin must be refused, not read past its end. */
+    uint64_t saved;
+    memcpy(&saved, image + 8, 8);
+    uint64_t bad = saved + (1u << 20);
+    if (image[0] == 0x50) {
+      memcpy(image + 8, &bad, 8);
+      CHECK(fg_image_functions(image, NULL, NULL) == -EINVAL, "%s: oversized total accepted", path);
+      memcpy(image + 8, &saved, 8);
+    }
+  }
+  free(image);
+}
+
+static const char ptx_text[] =
+    "//\n// Generated by hand\n//\n.version 9.0\n.target sm_90\n"
+    ".address_size 64\n\n\t// .globl\tplain_add\n"
+    "// .entry commented_out(\n/* .entry also_not( */\n"
+    ".visible .entry plain_add(\n\t.param .u64 p0,\n\t.param .u32 p1\n)\n"
+    ".maxntid 256, 1, 1\n{\n\tret;\n}\n"
+    ".visible .entry _Z5scaleIfEvPT_S0_i(.param .u64 a)\n{\n\tret;\n}\n"
+    ".entry _ZN2ns5innerEPi (\n.param .u64 a\n)\n{\n\tret;\n}\n";
+
+/* Builds a fatbin around `ptx` as nvcc does with --compress-mode=none. */
+static size_t make_fatbin(unsigned char *out, const char *ptx)
+{
+  size_t len = strlen(ptx) + 1, padded = (len + 7) & ~(size_t)7;
+  uint32_t magic = 0xBA55ED50u, ehdr = 0x50, arch = 90;
+  uint16_t version = 1, hdr = 16, kind = 1;
+  uint64_t total = ehdr + padded, payload = padded, flags = 0x11;
+  memset(out, 0, 16 + total);
+  memcpy(out, &magic, 4);
+  memcpy(out + 4, &version, 2);
+  memcpy(out + 6, &hdr, 2);
+  memcpy(out + 8, &total, 8);
+  unsigned char *e = out + 16;
+  memcpy(e, &kind, 2);
+  memcpy(e + 4, &ehdr, 4);
+  memcpy(e + 8, &payload, 8);
+  memcpy(e + 0x1c, &arch, 4);
+  memcpy(e + 0x28, &flags, 8);
+  memcpy(e + ehdr, ptx, len);
+  return 16 + total;
+}
+
+static void check_builtin(void)
+{
+  check_image("ptx text", ptx_text, 0);
+
+  static uint64_t fatbin[512];
+  make_fatbin((unsigned char *)fatbin, ptx_text);
+  check_image("synthetic fatbin", fatbin, 0);
+
+  /* A compression flag the reader does not know: zstd flag with garbage is -EINVAL, an
+   * unknown method (compressed size set, no known flag) is -ENOTSUP. */
+  unsigned char *e = (unsigned char *)fatbin + 16;
+  uint32_t csize = 100;
+  memcpy(e + 0x10, &csize, 4);
+  CHECK(fg_image_functions(fatbin, NULL, NULL) == -ENOTSUP, "unknown compression not -ENOTSUP");
+
+  static const char junk[] = "\x01\x02\x03\x04 not an image";
+  CHECK(fg_image_functions(junk, NULL, NULL) == -EINVAL, "junk accepted");
+  CHECK(fg_image_functions(NULL, NULL, NULL) == -EINVAL, "NULL accepted");
+  struct wrapper bad = {0x466243b1u, 1, junk, NULL};
+  CHECK(fg_image_functions(&bad, NULL, NULL) == -EINVAL, "wrapper of junk accepted");
+  CHECK(fg_image_functions(".version 9.0\n.target sm_90\n", NULL, NULL) == 0,
+        "PTX without entries");
+}
+
+int main(int argc, char **argv)
+{
+  check_builtin();
+  for (int i = 1; i < argc; i++)
+    check_file(argv[i]);
+  if (failures) {
+    fprintf(stderr, "image_test: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("image_test: %d file(s) and the built-in images read correctly\n", argc - 1);
+  return 0;
+}
