@@ -16,7 +16,9 @@
  *   FAKEGPU_CUPTI_FAULT=LIST       comma list: no_buffers (request callback answers are ignored,
  *                                  records dropped and counted), unknown_kind (a record of kind
  *                                  999 is appended to every completed buffer), zero_timestamps
- *                                  (GPU records carry start == end == 0)
+ *                                  (GPU records carry start == end == 0), no_driver (every
+ *                                  CUPTI control-plane call answers CUPTI_ERROR_UNKNOWN, as the
+ *                                  real library does on a machine without a driver)
  *   FAKEGPU_LOG=1                  the simulator explains itself on stderr
  *
  * Default kernel duration model (deterministic): 2000 ns + 1 ns per 64 threads
@@ -41,6 +43,12 @@ void fakegpu_set_kernel_duration_ns(const char *name, uint64_t ns);
 /* Nanoseconds (CLOCK_REALTIME, the CUPTI clock) at which all work queued so far on every
  * stream of every device completes. */
 uint64_t fakegpu_gpu_idle_time_ns(void);
+
+/* Creates a module defining the kernels `names` (n mangled names; 32 registers per thread,
+ * no static shared memory), as if cuModuleLoadData had loaded an image with them: the
+ * RESOURCE MODULE_LOADED callback is delivered and cuModuleGetFunction finds them. Not a
+ * driver API: no DRIVER callbacks. Needs no context. Returns 0, -EINVAL or -ENOMEM. */
+int fakegpu_module_from_names(CUmodule *mod, const char *const *names, int n);
 
 /* ---- hooks for the runtime double (libcudart.so.13) ---- */
 

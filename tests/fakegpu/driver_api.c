@@ -1,0 +1,297 @@
+/* API call bracketing: correlation ids, DRIVER/RUNTIME callbacks and records, tool hooks. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "tests/fakegpu/driver.h"
+#include "tests/fakegpu/fakegpu.h"
+
+/*
+ * Correlation ids (cupti.md 3.6, 7.4 item 3): one process-wide counter from 1 shared by the
+ * runtime and the driver. An id is assigned to every traced API call while the tool is
+ * active (a subscriber exists or an activity kind is enabled), whether or not the callback
+ * for that cbid is enabled: API records need ids even when no callback is delivered, and
+ * the agent sees gaps in the sequence, as on hardware where CUPTI also numbers calls it does
+ * not report.
+ *
+ * Attribution ([U] in cupti.md 3.6, to be checked on a GPU): a runtime call gets one id and
+ * the driver work it does inside fakegpu_internal_begin/end produces records carrying that
+ * runtime id (kernel, memset, memory records; memcpy records carry it as both correlationId
+ * and runtimeCorrelationId). A driver API called directly (also from inside a runtime call
+ * without the internal bracket) gets its own id; its memcpy records carry the driver id in
+ * correlationId and the enclosing runtime id (or 0) in runtimeCorrelationId.
+ */
+
+#define FG_MAX_FRAMES 64
+
+struct frame {
+  CUpti_CallbackDomain domain;
+  uint32_t corr;
+};
+
+struct rt_call {
+  uint32_t cbid;
+  const char *name;
+  const void *params;
+  const char *symbol;
+  uint32_t corr;
+  uint64_t start;
+  uint64_t cdata;
+  int entered;
+};
+
+static _Atomic(const struct fg_tool *) g_tool;
+static atomic_uint g_corr;
+
+static __thread struct frame t_frames[FG_MAX_FRAMES];
+static __thread int t_depth;
+static __thread int t_internal;
+static __thread struct rt_call t_rt[FG_MAX_FRAMES];
+static __thread int t_rt_depth;
+
+static uint64_t idle_time(void) { return fakegpu_gpu_idle_time_ns(); }
+
+int fg_query_context_id(CUcontext ctx, uint32_t *id);
+int fg_query_device_id(CUcontext ctx, uint32_t *id);
+int fg_query_stream_id(CUcontext ctx, CUstream stream, uint8_t per_thread, uint32_t *id);
+int fg_query_graph_node_id(CUgraphNode node, uint64_t *id);
+int fg_query_graph_id(CUgraph graph, uint32_t *id);
+int fg_query_graph_exec_id(CUgraphExec exec, uint32_t *id);
+
+static const struct fg_driver_ops g_ops = {
+    .initialized = fg_initialized,
+    .dump = fg_dump,
+    .context_id = fg_query_context_id,
+    .device_id = fg_query_device_id,
+    .stream_id = fg_query_stream_id,
+    .graph_node_id = fg_query_graph_node_id,
+    .graph_id = fg_query_graph_id,
+    .graph_exec_id = fg_query_graph_exec_id,
+    .idle_time = idle_time,
+};
+
+/* A fork while another thread holds fg_lock must not leave the child's copy locked. The
+ * driver never calls the tool with fg_lock held, so any order against CUPTI's handlers works. */
+static void fork_prepare(void) { pthread_mutex_lock(&fg_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&fg_lock); }
+
+__attribute__((constructor)) static void driver_load(void)
+{
+  pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
+FG_API const struct fg_driver_ops *fakegpu_tool_attach(const struct fg_tool *tool)
+{
+  atomic_store(&g_tool, tool);
+  return &g_ops;
+}
+
+const struct fg_tool *fg_tool_get(void) { return atomic_load(&g_tool); }
+
+uint64_t fg_now(void)
+{
+  const struct fg_tool *t = fg_tool_get();
+  return t ? t->now() : fg_realtime_ns();
+}
+
+uint64_t fg_gpu_ts(uint64_t realtime_ns)
+{
+  const struct fg_tool *t = fg_tool_get();
+  return t ? t->gpu_ts(realtime_ns) : realtime_ns;
+}
+
+int fg_kind_on(CUpti_ActivityKind kind, const struct fg_ctx *ctx)
+{
+  const struct fg_tool *t = fg_tool_get();
+  return t && t->kind_enabled(kind, ctx ? ctx->uid : 0);
+}
+
+void fg_emit(const void *rec, size_t size, uint64_t complete_ns)
+{
+  const struct fg_tool *t = fg_tool_get();
+  if (t)
+    t->record(rec, size, complete_ns);
+}
+
+static uint32_t corr_next(const struct fg_tool *t)
+{
+  if (!t || !t->active())
+    return 0;
+  return atomic_fetch_add(&g_corr, 1) + 1;
+}
+
+static void push_frame(CUpti_CallbackDomain domain, uint32_t corr)
+{
+  if (t_depth < FG_MAX_FRAMES)
+    t_frames[t_depth] = (struct frame){domain, corr};
+  t_depth++;
+}
+
+static void pop_frame(void)
+{
+  if (t_depth > 0)
+    t_depth--;
+}
+
+uint32_t fg_corr_current(void)
+{
+  for (int i = (t_depth < FG_MAX_FRAMES ? t_depth : FG_MAX_FRAMES) - 1; i >= 0; i--)
+    if (t_frames[i].corr)
+      return t_frames[i].corr;
+  return 0;
+}
+
+uint32_t fg_corr_runtime(void)
+{
+  for (int i = (t_depth < FG_MAX_FRAMES ? t_depth : FG_MAX_FRAMES) - 1; i >= 0; i--)
+    if (t_frames[i].domain == CUPTI_CB_DOMAIN_RUNTIME_API)
+      return t_frames[i].corr;
+  return 0;
+}
+
+static void api_callback(const struct fg_tool *t, CUpti_CallbackDomain domain,
+                         CUpti_ApiCallbackSite site, uint32_t cbid, const char *name,
+                         const void *params, void *ret, const char *symbol, uint32_t corr,
+                         uint64_t *cdata)
+{
+  struct fg_ctx *ctx = fg_ctx_current();
+  CUpti_CallbackData d = {
+      .callbackSite = site,
+      .functionName = name,
+      .functionParams = params,
+      .functionReturnValue = ret,
+      .symbolName = symbol,
+      .context = (CUcontext)ctx,
+      .contextUid = ctx ? ctx->uid : 0,
+      .correlationData = cdata,
+      .correlationId = corr,
+  };
+  t->callback(domain, cbid, &d);
+}
+
+/* The EXIT callback is delivered only when ENTER was: a subscriber enabled between the two
+ * (e.g. inside cuInit, which runs InitializeInjection) never sees a lone EXIT. */
+void fg_call_enter(struct fg_call *c, uint32_t cbid, const char *name, const void *params,
+                   const char *symbol)
+{
+  const struct fg_tool *t = fg_tool_get();
+  memset(c, 0, sizeof(*c));
+  c->cbid = cbid;
+  c->name = name;
+  c->params = params;
+  c->symbol = symbol;
+  if (t_internal)
+    return;
+  c->traced = 1;
+  c->corr = corr_next(t);
+  push_frame(CUPTI_CB_DOMAIN_DRIVER_API, c->corr);
+  c->start = fg_now();
+  if (t && c->corr && t->callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API, cbid)) {
+    c->traced = 2;
+    api_callback(t, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_API_ENTER, cbid, name, params, NULL,
+                 symbol, c->corr, &c->cdata);
+  }
+}
+
+CUresult fg_call_exit(struct fg_call *c, CUresult result)
+{
+  const struct fg_tool *t = fg_tool_get();
+  if (!c->traced)
+    return result;
+  uint64_t end = fg_now();
+  if (end <= c->start)
+    end = c->start + 1;
+  if (t && c->corr && t->api_enabled(CUPTI_ACTIVITY_KIND_DRIVER, c->cbid))
+    t->api_record(CUPTI_ACTIVITY_KIND_DRIVER, c->cbid, c->start, end, c->corr, (uint32_t)result);
+  if (t && c->traced == 2)
+    api_callback(t, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_API_EXIT, c->cbid, c->name, c->params,
+                 &result, c->symbol, c->corr, &c->cdata);
+  pop_frame();
+  return result;
+}
+
+FG_API uint32_t fakegpu_runtime_enter(uint32_t cbid, const char *fname, const void *params,
+                                      const char *symbol_name)
+{
+  const struct fg_tool *t = fg_tool_get();
+  uint32_t corr = corr_next(t);
+  push_frame(CUPTI_CB_DOMAIN_RUNTIME_API, corr);
+  if (t_rt_depth >= FG_MAX_FRAMES) {
+    t_rt_depth++;
+    return corr;
+  }
+  struct rt_call *r = &t_rt[t_rt_depth++];
+  *r = (struct rt_call){cbid, fname, params, symbol_name, corr, fg_now(), 0, 0};
+  if (t && corr && t->callback_enabled(CUPTI_CB_DOMAIN_RUNTIME_API, cbid)) {
+    r->entered = 1;
+    api_callback(t, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_API_ENTER, cbid, fname, params, NULL,
+                 symbol_name, corr, &r->cdata);
+  }
+  return corr;
+}
+
+FG_API void fakegpu_runtime_exit(int result)
+{
+  const struct fg_tool *t = fg_tool_get();
+  if (t_rt_depth <= 0)
+    return;
+  if (--t_rt_depth >= FG_MAX_FRAMES) {
+    pop_frame();
+    return;
+  }
+  struct rt_call *r = &t_rt[t_rt_depth];
+  uint64_t end = fg_now();
+  if (end <= r->start)
+    end = r->start + 1;
+  if (t && r->corr && t->api_enabled(CUPTI_ACTIVITY_KIND_RUNTIME, r->cbid))
+    t->api_record(CUPTI_ACTIVITY_KIND_RUNTIME, r->cbid, r->start, end, r->corr,
+                  (uint32_t)result);
+  if (t && r->entered) {
+    int ret = result;
+    api_callback(t, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_API_EXIT, r->cbid, r->name, r->params,
+                 &ret, r->symbol, r->corr, &r->cdata);
+  }
+  pop_frame();
+}
+
+FG_API void fakegpu_internal_begin(void) { t_internal++; }
+
+FG_API void fakegpu_internal_end(void)
+{
+  if (t_internal > 0)
+    t_internal--;
+}
+
+void fg_resource(CUpti_CallbackIdResource cbid, struct fg_ctx *ctx, void *handle,
+                 void *descriptor)
+{
+  const struct fg_tool *t = fg_tool_get();
+  if (!t || !t->callback_enabled(CUPTI_CB_DOMAIN_RESOURCE, cbid))
+    return;
+  CUpti_ResourceData d;
+  memset(&d, 0, sizeof(d));
+  d.context = (CUcontext)ctx;
+  d.resourceHandle.stream = (CUstream)handle;
+  d.resourceDescriptor = descriptor;
+  t->callback(CUPTI_CB_DOMAIN_RESOURCE, cbid, &d);
+}
+
+void fg_graph_callback(CUpti_CallbackIdResource cbid, struct fg_ctx *ctx, CUgraph graph,
+                       CUgraphNode node, CUgraphNodeType type, CUgraphExec exec)
+{
+  CUpti_GraphData g;
+  memset(&g, 0, sizeof(g));
+  g.graph = graph;
+  g.node = node;
+  g.nodeType = type;
+  g.graphExec = exec;
+  fg_resource(cbid, ctx, NULL, &g);
+}
+
+void fg_sync_callback(CUpti_CallbackIdSync cbid, struct fg_ctx *ctx, CUstream stream)
+{
+  const struct fg_tool *t = fg_tool_get();
+  if (!t || !t->callback_enabled(CUPTI_CB_DOMAIN_SYNCHRONIZE, cbid))
+    return;
+  CUpti_SynchronizeData d = {(CUcontext)ctx, stream};
+  t->callback(CUPTI_CB_DOMAIN_SYNCHRONIZE, cbid, &d);
+}

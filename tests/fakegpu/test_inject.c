@@ -1,0 +1,23 @@
+/* A minimal injection library: proves cuInit loads CUDA_INJECTION64_PATH and calls it once. */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static atomic_int g_calls;
+static pthread_t g_thread;
+
+EXPORT int InitializeInjection(void)
+{
+  g_thread = pthread_self();
+  atomic_fetch_add(&g_calls, 1);
+  return 1;
+}
+
+/* Read by the behaviour test through dlsym: how often, and on which thread. */
+EXPORT int fakegpu_test_inject_calls(pthread_t *thread)
+{
+  if (thread)
+    *thread = g_thread;
+  return atomic_load(&g_calls);
+}
