@@ -1,0 +1,510 @@
+"""Expectations of the end-to-end cases: what each program caused, as exact summary values.
+
+Every number here follows from the program's source (tests/e2e/*.c, *.cu): sizes it copied,
+launches it made, durations it set through fakegpu_set_kernel_duration_ns or FAKEGPU_KERNEL_NS
+(the simulator's kernel durations are exact). Ids the simulator picks (contexts, streams) are
+V(...) bindings: the checks still require that each id is used consistently and that distinct
+objects have distinct ids.
+
+Two counters depend on what the agent traces (cupti/cbids.c):
+  api.{runtime,driver}  calls of the traced APIs (launches, graph launches, allocations, frees,
+                        VMM reserve/map/unmap/free, pools, copies, sets, synchronizations);
+                        not cuInit, context/stream/module management, cuMemSetAccess, ...
+  joins.*               device events joined to their API call: kernels, copies, memsets and
+                        the MEMORY2 allocation/release records (the simulator writes those for
+                        cuMemAlloc*/cuMemFree*, pinned and stream-ordered memory, not for VMM).
+"""
+
+from expect import Unordered, V
+
+MIB = 1024 * 1024
+LOSSES_NONE = {
+    "cupti_dropped_records": 0, "zero_timestamps": 0, "invalid_records": 0,
+    "unknown_correlation": 0, "unknown_frees": 0, "buffer_pool_exhausted": 0,
+}
+
+
+class Case:
+    def __init__(self, check, rc=0):
+        self.check = check
+        self.rc = rc
+
+
+CASES = {}
+
+
+def case(name, rc=0):
+    def register(fn):
+        CASES[name] = Case(fn, rc)
+        return fn
+    return register
+
+
+# ---- shared checks ----
+
+def summary_header(f, run, state="active", window=True):
+    """The summary exists, is version 1, names the program's pid and the expected state, and its
+    window lies inside the run on the CUPTI clock (CLOCK_REALTIME ns)."""
+    s = run.summary
+    if not f.check(s is not None, "the agent run wrote no summary"):
+        return None
+    f.eq("summary.version", s.get("version"), 1)
+    f.eq("summary.pid (the program's pid)", s.get("pid"), run.pid)
+    f.eq("summary.state", s.get("state"), state)
+    if state == "active":
+        f.eq("summary.inactive_reason", s.get("inactive_reason"), "")
+    if state == "active" and window:
+        w = s.get("window", {})
+        start, end = w.get("start_ns", 0), w.get("end_ns", 0)
+        # The program ran between the runner's two clock reads; 10 s of slack for simulated
+        # GPU work queued ahead of the host clock. This checks the clock domain, not speed.
+        f.check(run.t_start_ns <= start <= end <= run.t_end_ns + 10 * 10**9,
+                f"summary.window {w} is not inside the run [{run.t_start_ns}, {run.t_end_ns}] "
+                f"on CLOCK_REALTIME")
+    return s
+
+
+def consistency(f, s):
+    """Totals that must agree with their breakdowns in any active summary."""
+    k = s.get("kernels", {})
+    by_name = k.get("by_name", [])
+    f.eq("kernels.count == sum of by_name counts", k.get("count"),
+         sum(e.get("count", 0) for e in by_name))
+    f.eq("kernels.gpu_time_ns == sum of by_name gpu_time_ns", k.get("gpu_time_ns"),
+         sum(e.get("gpu_time_ns", 0) for e in by_name))
+    order = [(-e.get("gpu_time_ns", 0), e.get("name", "")) for e in by_name]
+    f.check(order == sorted(order), "kernels.by_name is sorted by gpu_time_ns desc, then name")
+    for e in by_name:
+        f.eq(f"sum of apis of {e.get('name')}", sum(e.get("apis", {}).values()), e.get("count"))
+    streams = s.get("streams", [])
+    f.eq("sum of streams[].kernels", sum(x.get("kernels", 0) for x in streams), k.get("count"))
+    f.eq("sum of streams[].memcpys", sum(x.get("memcpys", 0) for x in streams),
+         sum(m.get("count", 0) for m in s.get("memcpy", {}).values()))
+    f.eq("sum of streams[].memsets", sum(x.get("memsets", 0) for x in streams),
+         s.get("memset", {}).get("count", 0))
+    for m in s.get("memory", []):
+        f.eq(f"memory device {m.get('device')}: in_use == bytes_allocated - bytes_freed",
+             m.get("in_use"), m.get("bytes_allocated", 0) - m.get("bytes_freed", 0))
+        f.eq(f"memory device {m.get('device')}: sum of by_kind == bytes_allocated",
+             sum(m.get("by_kind", {}).values()), m.get("bytes_allocated"))
+
+
+def no_agent_lines(f, run):
+    f.eq("gpuprof lines on stderr (none expected at the default log level)", run.agent_lines, [])
+
+
+def kernel(name, count, ns_each, apis, streams, devices=(0,)):
+    return {"name": name, "count": count, "gpu_time_ns": count * ns_each, "apis": apis,
+            "devices": list(devices), "streams": streams}
+
+
+# The simulator's copy and set timing (tests/fakegpu/driver_exec.c): a fixed latency plus
+# bytes / bandwidth in bytes per ns, per direction and host memory kind.
+BW_PAGEABLE, BW_PINNED, BW_DTOD, BW_PTOP = 12, 25, 1000, 50
+
+
+def t_copy(nbytes, bw):
+    return 1500 + nbytes // bw
+
+
+def t_set(nbytes):
+    return 1000 + nbytes // 1000
+
+
+def copy(*ops):
+    """A memcpy direction or the memset bucket from its operations' (bytes, ns) pairs."""
+    return {"count": len(ops), "bytes": sum(b for b, _ in ops), "gpu_time_ns": sum(t for _, t in ops)}
+
+
+def hd(nbytes, bw=BW_PAGEABLE):
+    return (nbytes, t_copy(nbytes, bw))
+
+
+def dd(nbytes, bw=BW_DTOD):
+    return (nbytes, t_copy(nbytes, bw))
+
+
+def setop(nbytes):
+    return (nbytes, t_set(nbytes))
+
+
+NO_MEMSET = {"count": 0, "bytes": 0, "gpu_time_ns": 0}
+
+
+def mem(device, allocs, nbytes, peak, by_kind, frees=None, freed=None):
+    frees = allocs if frees is None else frees
+    freed = nbytes if freed is None else freed
+    return {"device": device, "allocs": allocs, "frees": frees, "bytes_allocated": nbytes,
+            "bytes_freed": freed, "in_use": nbytes - freed, "peak_in_use": peak,
+            "by_kind": by_kind}
+
+
+def capture(f, run, kernels, streams, memcpy, memset, memory, joins, api, state="active",
+            losses=None):
+    """The common shape of a capture case: header, consistency and the exact sections."""
+    s = summary_header(f, run, state)
+    if s is None:
+        return None, None
+    consistency(f, s)
+    total = sum(k["count"] for k in kernels)
+    f.eq("kernels.count", s.get("kernels", {}).get("count"), total)
+    f.eq("kernels.gpu_time_ns", s.get("kernels", {}).get("gpu_time_ns"),
+         sum(k["gpu_time_ns"] for k in kernels))
+    # One match for both, streams first: their counts pin the simulator's ids down, and the
+    # kernels' [device, context, stream] triples must then use the same ids.
+    b = f.match("streams and kernels.by_name",
+                {"streams": s.get("streams"), "by_name": s.get("kernels", {}).get("by_name")},
+                {"streams": Unordered(streams), "by_name": kernels})
+    f.match("memcpy", s.get("memcpy"), memcpy)
+    f.match("memset", s.get("memset"), memset)
+    f.match("memory", s.get("memory"), Unordered(memory))
+    f.match("joins", s.get("joins"), joins)
+    f.match("api", s.get("api"), api)
+    f.match("losses", s.get("losses"), LOSSES_NONE if losses is None else losses)
+    no_agent_lines(f, run)
+    return s, b
+
+
+# ---- capture cases ----
+
+@case("driver_basic")
+def _(f, run, env):
+    ctx = V("ctx:c")
+    s1, s2, null = V("stream:s1"), V("stream:s2"), V("stream:null")
+    kernels = [
+        kernel("_ZN3ops4gemmIfEEvPT_i", 5, 120000, {"cuLaunchKernel": 5},
+               Unordered([[0, ctx, s2], [0, ctx, null]])),
+        kernel("scale_kernel", 5, 5000, {"cuLaunchKernel": 5},
+               Unordered([[0, ctx, s1], [0, ctx, s2]])),
+    ]
+    streams = [
+        {"device": 0, "context": ctx, "stream": s1, "kernels": 3, "memcpys": 2, "memsets": 0},
+        {"device": 0, "context": ctx, "stream": s2, "kernels": 6, "memcpys": 1, "memsets": 1},
+        {"device": 0, "context": ctx, "stream": null, "kernels": 1, "memcpys": 5, "memsets": 1},
+    ]
+    memcpy = {"HtoD": copy(hd(MIB), hd(4096), hd(65536)),
+              "DtoH": copy(hd(MIB), hd(12288), hd(65536)),
+              "DtoD": copy(dd(8192), dd(16384))}
+    memory = [mem(0, 4, 2 * MIB + 65536 + 32768, 2 * MIB + 65536,
+                  {"device": 2 * MIB + 65536 + 32768})]
+    # Joins: 10 kernels + 8 copies + 2 memsets + 8 memory records (4 allocs, 4 frees).
+    # API calls: 4 allocs, 4 frees, 8 copies, 2 memsets, 10 launches, 4 cuStreamSynchronize,
+    # 1 cuCtxSynchronize.
+    capture(f, run, kernels, streams, memcpy, copy(setop(1000), setop(1024)), memory,
+            {"runtime": 0, "driver": 28, "unknown": 0}, {"runtime": 0, "driver": 33})
+
+
+@case("runtime_basic")
+def _(f, run, env):
+    ctx = V("ctx:c")
+    s1, s2, null = V("stream:s1"), V("stream:s2"), V("stream:null")
+    kernels = [
+        kernel("_ZN3ops4gemmIfEEvPT_i", 2, 90000, {"__cudaLaunchKernel": 2}, [[0, ctx, null]]),
+        kernel("_Z6addOnePfi", 4, 7000, {"__cudaLaunchKernel": 3, "cudaLaunchKernel": 1},
+               Unordered([[0, ctx, s1], [0, ctx, s2]])),
+        kernel("fill_kernel", 2, 3000, {"__cudaLaunchKernel": 2}, [[0, ctx, s1]]),
+    ]
+    streams = [
+        {"device": 0, "context": ctx, "stream": s1, "kernels": 3, "memcpys": 1, "memsets": 0},
+        {"device": 0, "context": ctx, "stream": s2, "kernels": 3, "memcpys": 1, "memsets": 1},
+        {"device": 0, "context": ctx, "stream": null, "kernels": 2, "memcpys": 3, "memsets": 1},
+    ]
+    # The async copies use pinned host memory, the sync ones pageable.
+    memcpy = {"HtoD": copy(hd(MIB), hd(65536, BW_PINNED)),
+              "DtoH": copy(hd(65536, BW_PINNED), hd(MIB)), "DtoD": copy(dd(4096))}
+    device_bytes = MIB + 256 * 1024 + 4096
+    memory = [
+        mem(0, 4, device_bytes + 131072, device_bytes + 131072,
+            {"device": device_bytes, "async": 131072}),
+        mem(-1, 1, 65536, 65536, {"pinned": 65536}),
+    ]
+    # Joins, all to runtime calls (the runtime double reaches the driver internally, without
+    # DRIVER callbacks, as the real libcudart does): 8 kernels + 5 copies + 2 memsets +
+    # 10 memory records (3 cudaMalloc, 1 cudaMallocHost, 1 cudaMallocAsync and their frees).
+    # API calls: 3 cudaMalloc, 1 cudaMallocHost, 3 cudaMemcpy, 2 cudaMemcpyAsync,
+    # 4 cudaStreamSynchronize, 1 cudaMemset, 1 cudaMemsetAsync, 8 launches,
+    # 1 cudaDeviceSynchronize, 1 cudaMallocAsync, 1 cudaFreeAsync, 3 cudaFree, 1 cudaFreeHost.
+    capture(f, run, kernels, streams, memcpy, copy(setop(4096), setop(8192)), memory,
+            {"runtime": 25, "driver": 0, "unknown": 0}, {"runtime": 30, "driver": 0})
+
+
+@case("multi")
+def _(f, run, env):
+    c0, c1 = V("ctx:c0"), V("ctx:c1")
+    # Stream ids are unique within a context only: one V namespace per context.
+    thread_streams = [V(f"stream{i % 2}:t{i}") for i in range(8)]
+    peer, null0, null1 = V("stream0:peer"), V("stream0:null"), V("stream1:null")
+    ctx = [c0, c1]
+    kernels = [
+        kernel("_Z6workerPfi", 188, 1500, {"cuLaunchKernel": 188},
+               Unordered([[i % 2, ctx[i % 2], thread_streams[i]] for i in range(8)]),
+               devices=(0, 1)),
+    ]
+    streams = [{"device": i % 2, "context": ctx[i % 2], "stream": thread_streams[i],
+                "kernels": 20 + i, "memcpys": 0, "memsets": 0} for i in range(8)]
+    streams += [
+        {"device": 0, "context": c0, "stream": peer, "kernels": 0, "memcpys": 1, "memsets": 0},
+        {"device": 0, "context": c0, "stream": null0, "kernels": 0, "memcpys": 1, "memsets": 0},
+        {"device": 1, "context": c1, "stream": null1, "kernels": 0, "memcpys": 1, "memsets": 0},
+    ]
+    memcpy = {"HtoD": copy(hd(262144)), "PtoP": copy(dd(262144, BW_PTOP)),
+              "DtoH": copy(hd(262144))}
+    # Threads on device 0 allocate 2 x (1,3,5,7) x 4096, on device 1 2 x (2,4,6,8) x 4096, all
+    # alive together at the barrier, plus one 256 KiB peer buffer per device.
+    memory = [
+        mem(0, 9, 131072 + 262144, 131072 + 262144, {"device": 131072 + 262144}),
+        mem(1, 9, 163840 + 262144, 163840 + 262144, {"device": 163840 + 262144}),
+    ]
+    # Joins: 188 kernels + 3 copies + 36 memory records (18 allocs, 18 frees).
+    # API calls: per thread 2 allocs, 2 frees, 20 + i launches, 1 sync (228 in all); main
+    # 2 allocs, 3 copies, 1 sync, 2 frees.
+    capture(f, run, kernels, streams, memcpy, NO_MEMSET, memory,
+            {"runtime": 0, "driver": 188 + 3 + 36, "unknown": 0}, {"runtime": 0, "driver": 236})
+
+
+@case("graph")
+def _(f, run, env):
+    ctx, st = V("ctx:c"), V("stream:s")
+    replays = 12
+    kernels = [
+        kernel("_Z8consumerPf", replays, 11000, {"cuGraphLaunch": replays}, [[0, ctx, st]]),
+        kernel("_Z9transformPf", replays, 7000, {"cuGraphLaunch": replays}, [[0, ctx, st]]),
+        kernel("_Z8producerPf", replays + 1, 3000, {"cuGraphLaunch": replays, "cuLaunchKernel": 1},
+               [[0, ctx, st]]),
+    ]
+    streams = [{"device": 0, "context": ctx, "stream": st, "kernels": 3 * replays + 1,
+                "memcpys": 0, "memsets": 0}]
+    # API calls: 3 launches while capturing (they make nodes, not kernels), 12 cuGraphLaunch,
+    # 1 direct launch, 1 cuStreamSynchronize.
+    capture(f, run, kernels, streams, {}, NO_MEMSET, [],
+            {"runtime": 0, "driver": 3 * replays + 1, "unknown": 0},
+            {"runtime": 0, "driver": 3 + replays + 1 + 1})
+
+
+@case("async_vmm_pinned")
+def _(f, run, env):
+    asyncb = MIB + MIB // 2 + MIB // 4
+    memory = [
+        mem(0, 5, 4096 + 2 * MIB + asyncb, 4096 + 2 * MIB + MIB + MIB // 2,
+            {"device": 4096, "vmm": 2 * MIB, "async": asyncb}),
+        mem(-1, 2, 65536 + 131072, 65536 + 131072, {"pinned": 65536 + 131072}),
+    ]
+    # Joins: MEMORY2 records of cuMemAlloc/cuMemFree (2), async (6) and pinned (4); VMM has
+    # none. API calls: cuMemAlloc, cuMemCreate, cuMemAddressReserve, cuMemMap, 3 cuMemAllocAsync,
+    # 3 cuMemFreeAsync, cuStreamSynchronize, cuMemUnmap, cuMemRelease, cuMemAddressFree,
+    # cuMemFree, cuMemAllocHost, cuMemHostAlloc, 2 cuMemFreeHost.
+    capture(f, run, [], [], {}, NO_MEMSET, memory, {"runtime": 0, "driver": 12, "unknown": 0},
+            {"runtime": 0, "driver": 19})
+
+
+# ---- the small workload, under various configurations ----
+
+SMALL_KERNELS_NS = 4000
+
+
+def small_capture(f, run, timed=True, losses=None):
+    """The small workload's exact summary. timed=False: the simulator wrote its GPU records
+    without timestamps (all GPU times 0)."""
+    ctx, st, null = V("ctx:c"), V("stream:s"), V("stream:null")
+    ns = SMALL_KERNELS_NS if timed else 0
+    kernels = [kernel("_Z5smallPf", 6, ns, {"cuLaunchKernel": 6}, [[0, ctx, st]])]
+    streams = [
+        {"device": 0, "context": ctx, "stream": st, "kernels": 6, "memcpys": 1, "memsets": 0},
+        {"device": 0, "context": ctx, "stream": null, "kernels": 0, "memcpys": 1, "memsets": 0},
+    ]
+    memcpy = {"HtoD": copy(hd(8192)), "DtoH": copy(hd(8192))}
+    if not timed:
+        memcpy = {k: dict(v, gpu_time_ns=0) for k, v in memcpy.items()}
+    memory = [mem(0, 1, 8192, 8192, {"device": 8192})]
+    # Joins: 6 kernels, 2 copies, 2 memory records. API calls: cuMemAlloc, cuMemcpyHtoD,
+    # 6 launches, cuMemcpyDtoHAsync, cuStreamSynchronize, cuMemFree.
+    return capture(f, run, kernels, streams, memcpy, NO_MEMSET, memory,
+                   {"runtime": 0, "driver": 10, "unknown": 0}, {"runtime": 0, "driver": 11},
+                   losses=losses)
+
+
+def inactive(f, run, reason_words):
+    """The agent stayed inactive: one stderr line, the same text as inactive_reason, which
+    names what it found; nothing captured."""
+    s = summary_header(f, run, "inactive")
+    f.eq("number of gpuprof lines on stderr", len(run.agent_lines), 1)
+    if s is None:
+        return
+    reason = s.get("inactive_reason", "")
+    for w in reason_words:
+        f.check(w in reason, f"inactive_reason {reason!r} names {w!r}")
+        if run.agent_lines:
+            f.check(w in run.agent_lines[0], f"stderr line {run.agent_lines[0]!r} names {w!r}")
+    if run.agent_lines:
+        f.check(reason and reason in run.agent_lines[0],
+                f"stderr line {run.agent_lines[0]!r} carries inactive_reason {reason!r}")
+    f.eq("kernels.count while inactive", s.get("kernels", {}).get("count"), 0)
+
+
+@case("small")
+def _(f, run, env):
+    small_capture(f, run)
+
+
+@case("cupti_other_subscriber")
+def _(f, run, env):
+    inactive(f, run, ["nsys"])
+
+
+@case("version_mismatch")
+def _(f, run, env):
+    inactive(f, run, ["120800", "12.8", "13.0"])
+
+
+@case("bad_config")
+def _(f, run, env):
+    # One line per bad variable, naming it and its value; the defaults are used and the
+    # capture is complete.
+    bad = {"GPUPROF_WINDOW": "abc", "GPUPROF_LOG": "loud", "GPUPROF_BUFFER_SIZE": "-1"}
+    for var, value in bad.items():
+        lines = [l for l in run.agent_lines if var in l]
+        f.eq(f"gpuprof lines naming {var}", len(lines), 1)
+        if lines:
+            f.check(value in lines[0], f"line {lines[0]!r} names the value {value!r}")
+    f.eq("number of gpuprof lines on stderr", len(run.agent_lines), len(bad))
+    agent_lines, run.agent_lines = run.agent_lines, []
+    small_capture(f, run)
+    run.agent_lines = agent_lines
+
+
+@case("unwritable_output")
+def _(f, run, env):
+    out = env["GPUPROF_OUTPUT_DIR"]
+    f.eq("number of gpuprof lines on stderr", len(run.agent_lines), 1)
+    if run.agent_lines:
+        f.check(out in run.agent_lines[0], f"line {run.agent_lines[0]!r} names {out}")
+    f.check(run.summary is None, "no summary can have been written")
+
+
+@case("no_buffers")
+def _(f, run, env):
+    # The simulator hands every buffer the agent gives it straight back unused: each record is
+    # dropped and counted. The agent's pool (GPUPROF_BUFFER_LIMIT / GPUPROF_BUFFER_SIZE = 16
+    # buffers by default) runs dry after 16 requests, which it says once on stderr. The
+    # allocation is still tracked (from callbacks); no GPU record arrives, so the window is empty.
+    s = summary_header(f, run, window=False)
+    if s is None:
+        return
+    consistency(f, s)
+    f.eq("window", s.get("window"), {"start_ns": 0, "end_ns": 0})
+    f.eq("kernels.count (every record dropped)", s.get("kernels", {}).get("count"), 0)
+    f.eq("memcpy (every record dropped)", s.get("memcpy"), {})
+    f.match("memory (from callbacks)", s.get("memory"), [mem(0, 1, 8192, 8192, {"device": 8192})])
+    f.eq("api", s.get("api"), {"runtime": 0, "driver": 11})
+    f.eq("joins", s.get("joins"), {"runtime": 0, "driver": 0, "unknown": 0})
+    # Records the run makes: 6 kernels, 2 copies, 2 memory (alloc, release), 1 stream sync,
+    # 2 STREAM (legacy + created), 1 CONTEXT, and 4 DEVICE (the simulator's 2 devices, once
+    # dumped by cuptiActivityEnableAndDump and once at driver init).
+    f.match("losses", s.get("losses"), dict(LOSSES_NONE, cupti_dropped_records=18,
+                                            buffer_pool_exhausted=18 - 16))
+    f.eq("number of gpuprof lines on stderr", len(run.agent_lines), 1)
+    if run.agent_lines:
+        f.check("GPUPROF_BUFFER_LIMIT" in run.agent_lines[0],
+                f"line {run.agent_lines[0]!r} names GPUPROF_BUFFER_LIMIT")
+
+
+@case("zero_timestamps")
+def _(f, run, env):
+    # The simulator writes every GPU record with start == end == 0 (what CUPTI does when its
+    # device buffer overflows): counts and bytes stay exact, times are 0, and each of the 8
+    # GPU records (6 kernels, 2 copies) is counted as a loss.
+    small_capture(f, run, timed=False, losses=dict(LOSSES_NONE, zero_timestamps=8))
+
+
+@case("unknown_kind")
+def _(f, run, env):
+    # The simulator appends a record of unknown kind 999 to every completed buffer. With a
+    # flush interval longer than the run, only the exit flush completes a buffer: one
+    # unreadable record, after all the real ones (so the capture is complete), and one line.
+    agent_lines, run.agent_lines = run.agent_lines, []
+    small_capture(f, run, losses=dict(LOSSES_NONE, invalid_records=1))
+    run.agent_lines = agent_lines
+    f.eq("number of gpuprof lines on stderr", len(run.agent_lines), 1)
+    if run.agent_lines:
+        f.check("invalid_records" in run.agent_lines[0],
+                f"line {run.agent_lines[0]!r} names the invalid_records counter")
+
+
+@case("missing_injection")
+def _(f, run, env):
+    f.check(run.summary is None, "no summary without the agent")
+    f.eq("gpuprof lines on stderr", run.agent_lines, [])
+    f.eq("files in GPUPROF_OUTPUT_DIR", run.output_files, [])
+
+
+@case("mode_off")
+def _(f, run, env):
+    f.check(run.summary is None, "GPUPROF_MODE=off writes no summary")
+    f.eq("stderr with GPUPROF_MODE=off", run.stderr, "")
+    f.eq("files in GPUPROF_OUTPUT_DIR", run.output_files, [])
+
+
+# ---- process lifecycle ----
+
+@case("fork_after_init")
+def _(f, run, env):
+    # Only the parent writes a summary (named by its pid); the child, which left through
+    # exit() with the agent's atexit handler inherited, writes nothing.
+    f.eq("files in GPUPROF_OUTPUT_DIR (the parent's summary only)", len(run.output_files), 1)
+    ctx, st = V("ctx:c"), V("stream:s")
+    kernels = [
+        kernel("_Z9afterForkv", 3, 9000, {"cuLaunchKernel": 3}, [[0, ctx, st]]),
+        kernel("_Z10beforeForkv", 4, 6000, {"cuLaunchKernel": 4}, [[0, ctx, st]]),
+    ]
+    streams = [{"device": 0, "context": ctx, "stream": st, "kernels": 7, "memcpys": 0,
+                "memsets": 0}]
+    # Joins: 7 kernels + 2 memory records. API calls: alloc, 7 launches, 2 syncs, free.
+    capture(f, run, kernels, streams, {}, NO_MEMSET, [mem(0, 1, 4096, 4096, {"device": 4096})],
+            {"runtime": 0, "driver": 9, "unknown": 0}, {"runtime": 0, "driver": 11})
+
+
+def exit_capture(f, run):
+    ctx, st = V("ctx:c"), V("stream:s")
+    kernels = [kernel("_Z4stepv", 5, 2500, {"cuLaunchKernel": 5}, [[0, ctx, st]])]
+    streams = [{"device": 0, "context": ctx, "stream": st, "kernels": 5, "memcpys": 0,
+                "memsets": 0}]
+    # The 4 KiB allocation is never freed: in use at exit.
+    # Joins: 5 kernels + 1 memory record. API calls: alloc, 5 launches, 1 sync.
+    capture(f, run, kernels, streams, {}, NO_MEMSET, [mem(0, 1, 4096, 4096, {"device": 4096}, 0, 0)],
+            {"runtime": 0, "driver": 6, "unknown": 0}, {"runtime": 0, "driver": 7})
+
+
+@case("exit_paths_exit", rc=3)
+def _(f, run, env):
+    exit_capture(f, run)
+
+
+@case("exit_paths_return", rc=3)
+def _(f, run, env):
+    exit_capture(f, run)
+
+
+@case("exit_paths__exit", rc=3)
+def _(f, run, env):
+    # _exit skips atexit handlers: no summary, and no crash.
+    f.check(run.summary is None, "_exit() runs no exit handler, so no summary")
+    f.eq("gpuprof lines on stderr", run.agent_lines, [])
+
+
+@case("exit_paths_thread", rc=3)
+def _(f, run, env):
+    # A thread still launching while main calls exit(3): the summary is written, the five
+    # launches of main are exact, and the spinner's launches (at least 200 before exit) are
+    # counted as kernels or, if still queued at the final flush, as zero-timestamp records.
+    s = summary_header(f, run)
+    if s is None:
+        return
+    consistency(f, s)
+    by = {e.get("name"): e for e in s.get("kernels", {}).get("by_name", [])}
+    step = by.get("_Z4stepv", {})
+    f.eq("_Z4stepv count", step.get("count"), 5)
+    f.eq("_Z4stepv gpu_time_ns", step.get("gpu_time_ns"), 5 * 2500)
+    spun = by.get("_Z7spinnerv", {}).get("count", 0) + s.get("losses", {}).get("zero_timestamps", 0)
+    f.check(spun >= 200, f"spinner launches counted ({spun}) >= the 200 made before exit")
+    f.eq("joins.unknown", s.get("joins", {}).get("unknown"), 0)
+    no_agent_lines(f, run)
