@@ -258,7 +258,10 @@ int cupti_loader_open(const char *configured_path, char *reason, size_t reason_l
   for (int i = 0; i < ws.n; i++) {
     static const char *const subdirs[] = {"nvidia/cu13/lib/", "nvidia/cuda_cupti/lib/"};
     for (int s = 0; s < 2; s++) {
-      snprintf(path, sizeof(path), "%s%s%s", ws.dirs[i], subdirs[s], CUPTI_SONAME);
+      /* A site-packages path too long for PATH_MAX cannot be a candidate: skip it. */
+      if (snprintf(path, sizeof(path), "%s%s%s", ws.dirs[i], subdirs[s], CUPTI_SONAME) >=
+          (int)sizeof(path))
+        continue;
       ret = try_candidate(path, tried, sizeof(tried), reason, reason_len);
       if (ret != 1)
         return ret;
