@@ -11,6 +11,7 @@
 #include "agent/aggregate.h"
 #include "agent/alloc_map.h"
 #include "agent/corr.h"
+#include "agent/hoststack.h"
 #include "agent/summary.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
@@ -116,6 +117,8 @@ static void init_once_fn(void)
     return;
   }
   buffers_attach(pool);
+  /* Before any callback is enabled; failure only turns stacks off. */
+  hoststack_init(&cfg, (const void *)(uintptr_t)cupti_fn.Subscribe_v2);
 
   /* The worker first: buffers may complete as soon as kinds are enabled. */
   ret = worker_start(pool, agg, cfg.flush_interval_ns);
@@ -160,6 +163,8 @@ static void write_outputs(int active)
     subscriber_get_stats(&in.api);
     alloc_map_get_stats(allocs, &mem);
     in.mem = &mem;
+    in.allocs = allocs;
+    in.stacks = hoststack_table();
     in.agg = agg;
     worker_get_stats(&in.worker);
     in.buffer_pool_exhausted = buffer_pool_exhausted(pool);
@@ -184,9 +189,14 @@ void agent_shutdown(void)
   switch (atomic_load(&agent_state_word)) {
   case AGENT_ACTIVE:
     shutdown_done = 1;
+    /*
+     * Stop new records before callbacks go quiet: a thread still launching in between would
+     * otherwise produce kernel records whose API call the agent never saw (counted as
+     * unknown correlations although nothing was lost).
+     */
+    subscriber_disable_activity();
     /* From here every callback is a no-op (one load of the state word). */
     set_state(AGENT_STOPPING);
-    subscriber_disable_activity();
     /* The worker must not be inside a FlushAll(0) while we force the final one. */
     worker_pause_flushing();
     cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);

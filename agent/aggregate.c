@@ -30,9 +30,11 @@ struct aggregate {
   pthread_mutex_t lock;
   struct corr_table *corr;
   struct agg_totals totals;
-  struct ptr_table kernels; /* struct agg_kernel *, by name */
-  struct ptr_table streams; /* struct agg_stream *, by key */
-  struct ptr_table apis;    /* struct api_name *, by function-name pointer */
+  struct ptr_table kernels;       /* struct agg_kernel *, by name */
+  struct ptr_table streams;       /* struct agg_stream *, by key */
+  struct ptr_table apis;          /* struct api_name *, by function-name pointer */
+  struct ptr_table stack_kernels; /* struct agg_stack_kernel *, by (stack, kernel) */
+  struct ptr_table stack_copies;  /* struct agg_stack_copy *, by stack */
   int oom_warned;
 };
 
@@ -119,7 +121,8 @@ struct aggregate *aggregate_new(struct corr_table *corr)
   if (!a)
     return NULL;
   a->corr = corr;
-  if (ptr_table_init(&a->kernels) || ptr_table_init(&a->streams) || ptr_table_init(&a->apis)) {
+  if (ptr_table_init(&a->kernels) || ptr_table_init(&a->streams) || ptr_table_init(&a->apis) ||
+      ptr_table_init(&a->stack_kernels) || ptr_table_init(&a->stack_copies)) {
     aggregate_free(a);
     return NULL;
   }
@@ -134,6 +137,8 @@ void aggregate_free(struct aggregate *a)
   ptr_table_destroy(&a->kernels, free_kernel);
   ptr_table_destroy(&a->streams, free);
   ptr_table_destroy(&a->apis, free);
+  ptr_table_destroy(&a->stack_kernels, free);
+  ptr_table_destroy(&a->stack_copies, free);
   pthread_mutex_destroy(&a->lock);
   free(a);
 }
@@ -313,24 +318,101 @@ static void kernel_add_stream(struct aggregate *a, struct agg_kernel *k, const s
  * correlation id when it is set and known (the user-visible call), else by the driver one.
  * Returns the API's base name, or "?" (counted as unknown) when the call was not seen.
  */
-static const char *join(struct aggregate *a, const struct event *ev)
+static const char *join(struct aggregate *a, const struct event *ev, struct corr_info *info)
 {
-  struct corr_info info;
   int found = -1;
 
   if (ev->kind == EVENT_MEMCPY && ev->runtime_corr_id)
-    found = corr_table_lookup(a->corr, ev->runtime_corr_id, &info);
+    found = corr_table_lookup(a->corr, ev->runtime_corr_id, info);
   if (found != 0)
-    found = corr_table_lookup(a->corr, ev->corr_id, &info);
+    found = corr_table_lookup(a->corr, ev->corr_id, info);
   if (found != 0) {
+    memset(info, 0, sizeof(*info));
     a->totals.joins_unknown++;
     return UNKNOWN_API;
   }
-  if (info.domain == CORR_DOMAIN_RUNTIME)
+  if (info->domain == CORR_DOMAIN_RUNTIME)
     a->totals.joins_runtime++;
   else
     a->totals.joins_driver++;
-  return api_base(a, info.api_name);
+  return api_base(a, info->api_name);
+}
+
+static uint64_t stack_kernel_hash(uint32_t stack_id, const struct agg_kernel *k)
+{
+  return hash_u64((uint64_t)stack_id << 32 ^ (uint64_t)(uintptr_t)k);
+}
+
+struct stack_kernel_key {
+  uint32_t stack_id;
+  const struct agg_kernel *kernel;
+};
+
+static int match_stack_kernel(const void *item, const void *key)
+{
+  const struct agg_stack_kernel *e = item;
+  const struct stack_kernel_key *k = key;
+  return e->stack_id == k->stack_id && e->kernel == k->kernel;
+}
+
+static int match_stack_copy(const void *item, const void *key)
+{
+  return ((const struct agg_stack_copy *)item)->stack_id == *(const uint32_t *)key;
+}
+
+/* Weighted by the sample period: the estimate of the kernel's launches from this stack. */
+static void add_stack_kernel(struct aggregate *a, const struct corr_info *info,
+                             const struct agg_kernel *k, uint64_t dur)
+{
+  struct stack_kernel_key key = {info->stack_id, k};
+  uint64_t h = stack_kernel_hash(info->stack_id, k);
+  struct agg_stack_kernel *e;
+
+  if (!info->stack_id || !k) {
+    a->totals.kernels_without_stack++;
+    a->totals.kernel_time_without_stack_ns += dur;
+    return;
+  }
+  e = ptr_table_find(&a->stack_kernels, h, match_stack_kernel, &key);
+  if (!e) {
+    e = calloc(1, sizeof(*e));
+    if (!e || ptr_table_insert(&a->stack_kernels, h, e)) {
+      free(e);
+      warn_oom(a);
+      return;
+    }
+    e->stack_id = info->stack_id;
+    e->kernel = k;
+  }
+  e->samples++;
+  e->launches += info->weight;
+  e->gpu_time_ns += dur * info->weight;
+}
+
+static void add_stack_copy(struct aggregate *a, const struct corr_info *info, uint64_t bytes,
+                           uint64_t dur)
+{
+  uint64_t h = hash_u64(info->stack_id);
+  struct agg_stack_copy *e;
+
+  if (!info->stack_id) {
+    a->totals.memcpys_without_stack++;
+    a->totals.memcpy_bytes_without_stack += bytes;
+    return;
+  }
+  e = ptr_table_find(&a->stack_copies, h, match_stack_copy, &info->stack_id);
+  if (!e) {
+    e = calloc(1, sizeof(*e));
+    if (!e || ptr_table_insert(&a->stack_copies, h, e)) {
+      free(e);
+      warn_oom(a);
+      return;
+    }
+    e->stack_id = info->stack_id;
+  }
+  e->count += info->weight;
+  e->bytes += bytes * info->weight;
+  e->gpu_time_ns += dur * info->weight;
 }
 
 static void widen_window(struct aggregate *a, const struct event *ev)
@@ -354,11 +436,12 @@ void aggregate_event(struct aggregate *a, const struct event *ev)
   const char *api;
   struct agg_kernel *k;
   struct agg_stream *s;
+  struct corr_info info;
 
   pthread_mutex_lock(&a->lock);
   switch (ev->kind) {
   case EVENT_KERNEL:
-    api = join(a, ev);
+    api = join(a, ev, &info);
     widen_window(a, ev);
     t->kernels++;
     t->kernel_time_ns += duration(ev);
@@ -371,13 +454,15 @@ void aggregate_event(struct aggregate *a, const struct event *ev)
     } else {
       warn_oom(a);
     }
+    add_stack_kernel(a, &info, k, duration(ev));
     if ((s = stream_get(a, ev)))
       s->kernels++;
     break;
   case EVENT_MEMCPY: {
     struct agg_bucket *b =
         &t->memcpy[ev->u.memcpy.copy_kind < EVENT_COPY_KIND_COUNT ? ev->u.memcpy.copy_kind : 0];
-    join(a, ev);
+    join(a, ev, &info);
+    add_stack_copy(a, &info, ev->u.memcpy.bytes, duration(ev));
     widen_window(a, ev);
     b->count++;
     b->bytes += ev->u.memcpy.bytes;
@@ -387,7 +472,7 @@ void aggregate_event(struct aggregate *a, const struct event *ev)
     break;
   }
   case EVENT_MEMSET:
-    join(a, ev);
+    join(a, ev, &info);
     widen_window(a, ev);
     t->memset.count++;
     t->memset.bytes += ev->u.memset.bytes;
@@ -396,7 +481,7 @@ void aggregate_event(struct aggregate *a, const struct event *ev)
       s->memsets++;
     break;
   case EVENT_MEMORY:
-    join(a, ev);
+    join(a, ev, &info);
     widen_window(a, ev);
     t->memory_records++;
     break;
@@ -501,5 +586,43 @@ size_t aggregate_streams_sorted(struct aggregate *a, struct agg_stream ***out)
 
   if (n)
     qsort(*out, n, sizeof(**out), cmp_stream);
+  return n;
+}
+
+static int cmp_stack_kernel(const void *x, const void *y)
+{
+  const struct agg_stack_kernel *a = *(const struct agg_stack_kernel *const *)x,
+                                *b = *(const struct agg_stack_kernel *const *)y;
+  if (a->gpu_time_ns != b->gpu_time_ns)
+    return a->gpu_time_ns > b->gpu_time_ns ? -1 : 1;
+  if (a->stack_id != b->stack_id)
+    return a->stack_id < b->stack_id ? -1 : 1;
+  return strcmp(a->kernel->name, b->kernel->name);
+}
+
+static int cmp_stack_copy(const void *x, const void *y)
+{
+  const struct agg_stack_copy *a = *(const struct agg_stack_copy *const *)x,
+                              *b = *(const struct agg_stack_copy *const *)y;
+  if (a->bytes != b->bytes)
+    return a->bytes > b->bytes ? -1 : 1;
+  return a->stack_id < b->stack_id ? -1 : a->stack_id > b->stack_id;
+}
+
+size_t aggregate_stack_kernels_sorted(struct aggregate *a, struct agg_stack_kernel ***out)
+{
+  size_t n = collect(&a->stack_kernels, (void ***)out);
+
+  if (n)
+    qsort(*out, n, sizeof(**out), cmp_stack_kernel);
+  return n;
+}
+
+size_t aggregate_stack_copies_sorted(struct aggregate *a, struct agg_stack_copy ***out)
+{
+  size_t n = collect(&a->stack_copies, (void ***)out);
+
+  if (n)
+    qsort(*out, n, sizeof(**out), cmp_stack_copy);
   return n;
 }

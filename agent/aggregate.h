@@ -38,6 +38,22 @@ struct agg_bucket {
   uint64_t count, bytes, gpu_time_ns;
 };
 
+/* GPU time of one kernel launched from one host stack (agent/stack.h). Counts and times are
+ * weighted: a sampled launch stands for the sample period's worth of launches. */
+struct agg_stack_kernel {
+  uint32_t stack_id;
+  const struct agg_kernel *kernel;
+  uint64_t samples;     /* launches actually seen with this stack */
+  uint64_t launches;    /* weighted */
+  uint64_t gpu_time_ns; /* weighted */
+};
+
+/* Memcpys issued from one host stack. */
+struct agg_stack_copy {
+  uint32_t stack_id;
+  uint64_t count, bytes, gpu_time_ns;
+};
+
 struct agg_totals {
   uint64_t window_start_ns, window_end_ns; /* 0 when nothing was seen */
   uint64_t kernels, kernel_time_ns;
@@ -47,6 +63,9 @@ struct agg_totals {
   uint64_t joins_runtime, joins_driver, joins_unknown;
   uint64_t memory_records, pool_records, overhead_records;
   uint64_t devices_seen, contexts_seen, streams_created;
+  /* Device work whose call carried no host stack (unsampled, stacks off, or dropped). */
+  uint64_t kernels_without_stack, kernel_time_without_stack_ns;
+  uint64_t memcpys_without_stack, memcpy_bytes_without_stack;
 };
 
 /*
@@ -72,6 +91,11 @@ const struct agg_totals *aggregate_totals(struct aggregate *a);
 size_t aggregate_kernels_sorted(struct aggregate *a, struct agg_kernel ***out);
 /* A malloc'd array of the streams sorted by (device, context, stream). */
 size_t aggregate_streams_sorted(struct aggregate *a, struct agg_stream ***out);
+
+/* Kernels by (stack, kernel), sorted by weighted gpu_time_ns desc, then stack id, then name. */
+size_t aggregate_stack_kernels_sorted(struct aggregate *a, struct agg_stack_kernel ***out);
+/* Memcpys by stack, sorted by bytes desc, then stack id. */
+size_t aggregate_stack_copies_sorted(struct aggregate *a, struct agg_stack_copy ***out);
 
 /* "cudaLaunchKernel_v7000" -> "cudaLaunchKernel" into buf; exported for tests. */
 void aggregate_api_base_name(const char *function_name, char *buf, size_t len);

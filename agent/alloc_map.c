@@ -15,6 +15,7 @@ struct slot {
   uint64_t size;
   const char *api;
   uint32_t corr_id;
+  uint32_t stack_id;
   int16_t device;
   uint8_t kind;
   uint8_t space; /* enum alloc_space + 1; 0 = empty */
@@ -177,6 +178,7 @@ int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
   s->size = info->size;
   s->api = info->api;
   s->corr_id = info->corr_id;
+  s->stack_id = info->stack_id;
   s->device = (int16_t)info->device;
   s->kind = info->kind;
 
@@ -198,6 +200,7 @@ static void fill_info(const struct slot *s, struct alloc_info *out)
   out->kind = s->kind;
   out->corr_id = s->corr_id;
   out->api = s->api;
+  out->stack_id = s->stack_id;
 }
 
 int alloc_map_remove(struct alloc_map *m, enum alloc_space space, uint64_t key,
@@ -244,5 +247,20 @@ void alloc_map_get_stats(struct alloc_map *m, struct alloc_map_stats *out)
   pthread_mutex_lock(&m->lock);
   *out = m->stats;
   out->live = m->used;
+  pthread_mutex_unlock(&m->lock);
+}
+
+void alloc_map_for_each(struct alloc_map *m, void (*fn)(const struct alloc_info *info, void *arg),
+                        void *arg)
+{
+  struct alloc_info info;
+
+  pthread_mutex_lock(&m->lock);
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->slots[i].space)
+      continue;
+    fill_info(&m->slots[i], &info);
+    fn(&info, arg);
+  }
   pthread_mutex_unlock(&m->lock);
 }

@@ -29,7 +29,8 @@ struct alloc_info {
   int32_t device; /* ALLOC_DEVICE_HOST for pinned memory */
   uint8_t kind;   /* enum alloc_kind */
   uint32_t corr_id;
-  const char *api; /* CUPTI functionName (global constant) */
+  const char *api;   /* CUPTI functionName (global constant) */
+  uint32_t stack_id; /* the allocating host stack, STACK_ID_NONE if none */
 };
 
 struct alloc_device_stats {
@@ -73,5 +74,9 @@ int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
                      struct alloc_info *out);
 
 void alloc_map_get_stats(struct alloc_map *m, struct alloc_map_stats *out);
+
+/* Calls fn for every live allocation, under the map's lock: fn must not call into the map. */
+void alloc_map_for_each(struct alloc_map *m, void (*fn)(const struct alloc_info *info, void *arg),
+                        void *arg);
 
 #endif

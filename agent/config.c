@@ -11,12 +11,30 @@ extern char **environ;
 
 /* Every variable this version reads; anything else with the prefix is reported as unknown. */
 static const char *const known_vars[] = {
-    "GPUPROF_MODE",          "GPUPROF_OUTPUT_DIR",     "GPUPROF_LOG",
-    "GPUPROF_WINDOW",        "GPUPROF_STACKS",         "GPUPROF_CAPTURE_ON_START",
-    "GPUPROF_GPU_ONLY",      "GPUPROF_TRACE_FORMAT",   "GPUPROF_RUN_DIR",
-    "GPUPROF_PYROSCOPE_URL", "GPUPROF_APP_NAME",       "GPUPROF_TAGS",
-    "GPUPROF_CUPTI_PATH",    "GPUPROF_SUMMARY_FILE",   "GPUPROF_BUFFER_SIZE",
-    "GPUPROF_BUFFER_LIMIT",  "GPUPROF_FLUSH_INTERVAL", "GPUPROF_CORR_TABLE_SIZE",
+    "GPUPROF_MODE",
+    "GPUPROF_OUTPUT_DIR",
+    "GPUPROF_LOG",
+    "GPUPROF_WINDOW",
+    "GPUPROF_STACKS",
+    "GPUPROF_CAPTURE_ON_START",
+    "GPUPROF_GPU_ONLY",
+    "GPUPROF_TRACE_FORMAT",
+    "GPUPROF_RUN_DIR",
+    "GPUPROF_PYROSCOPE_URL",
+    "GPUPROF_APP_NAME",
+    "GPUPROF_TAGS",
+    "GPUPROF_CUPTI_PATH",
+    "GPUPROF_SUMMARY_FILE",
+    "GPUPROF_BUFFER_SIZE",
+    "GPUPROF_BUFFER_LIMIT",
+    "GPUPROF_FLUSH_INTERVAL",
+    "GPUPROF_CORR_TABLE_SIZE",
+    "GPUPROF_STACK_DEPTH",
+    "GPUPROF_STACK_SAMPLE_EVERY",
+    "GPUPROF_STACK_SAMPLE_SEED",
+    "GPUPROF_STACK_TABLE_SIZE",
+    "GPUPROF_STACK_PYTHON",
+    "GPUPROF_STACK_UNWIND",
 };
 
 #define N_KNOWN (sizeof(known_vars) / sizeof(known_vars[0]))
@@ -49,6 +67,10 @@ void config_defaults(struct config *cfg)
   cfg->buffer_limit = CONFIG_DEFAULT_BUFFER_LIMIT;
   cfg->flush_interval_ns = CONFIG_DEFAULT_FLUSH_INTERVAL_NS;
   cfg->corr_table_size = CONFIG_DEFAULT_CORR_TABLE_SIZE;
+  cfg->stack_depth = CONFIG_DEFAULT_STACK_DEPTH;
+  cfg->stack_sample_every = CONFIG_DEFAULT_STACK_SAMPLE_EVERY;
+  cfg->stack_table_size = CONFIG_DEFAULT_STACK_TABLE_SIZE;
+  cfg->stack_python = 1;
 }
 
 /* ---- parsers ---- */
@@ -351,6 +373,48 @@ static void check_unknown(void)
   }
 }
 
+/* A plain unsigned integer in [min, max]; else a warning and the default stays. */
+static void load_uint(const char *var, uint64_t *dst, uint64_t min, uint64_t max, const char *what)
+{
+  const char *v = env(var), *end;
+  uint64_t x;
+  char outcome[48];
+
+  if (!v)
+    return;
+  if (parse_u64(v, &x, &end) == 0 && !*end && x >= min && x <= max) {
+    *dst = x;
+    return;
+  }
+  snprintf(outcome, sizeof(outcome), "using %llu", (unsigned long long)*dst);
+  bad_value(var, v, what, outcome);
+}
+
+static void load_stacks(struct config *cfg)
+{
+  static const char *const unwind_modes[] = {"fast", "safe"};
+  uint64_t depth = cfg->stack_depth, every = cfg->stack_sample_every;
+  const char *v;
+
+  load_uint("GPUPROF_STACK_DEPTH", &depth, 1, CONFIG_MAX_STACK_DEPTH,
+            "a number of frames between 1 and 128");
+  cfg->stack_depth = (uint32_t)depth;
+  load_uint("GPUPROF_STACK_SAMPLE_EVERY", &every, 1, 1u << 20,
+            "a number between 1 (every launch) and 1048576");
+  cfg->stack_sample_every = (uint32_t)every;
+  load_uint("GPUPROF_STACK_SAMPLE_SEED", &cfg->stack_sample_seed, 1, UINT64_MAX,
+            "a positive integer");
+  load_size("GPUPROF_STACK_TABLE_SIZE", &cfg->stack_table_size, 64ull << 10, 4ull << 30,
+            "a size between 64K and 4G (e.g. 32M)");
+  cfg->stack_unwind_safe =
+      load_enum("GPUPROF_STACK_UNWIND", unwind_modes, 2, 0, "one of fast, safe");
+  v = env("GPUPROF_STACK_PYTHON");
+  if (v && config_parse_bool(v, &cfg->stack_python)) {
+    cfg->stack_python = 1;
+    bad_value("GPUPROF_STACK_PYTHON", v, "0 or 1", "using 1");
+  }
+}
+
 void config_load(struct config *cfg)
 {
   static const char *const modes[] = {"continuous", "ondemand", "off"};
@@ -451,5 +515,6 @@ void config_load(struct config *cfg)
     }
   }
 
+  load_stacks(cfg);
   check_unknown();
 }

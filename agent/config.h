@@ -59,6 +59,13 @@ struct config {
   uint64_t buffer_limit;
   uint64_t flush_interval_ns;
   uint64_t corr_table_size; /* entries, a power of two */
+  /* Host stacks (agent/hoststack.h). */
+  uint32_t stack_depth;        /* frames kept per stack, 1..STACK_MAX_DEPTH */
+  uint32_t stack_sample_every; /* sampled policy: one launch in this many per thread */
+  uint64_t stack_sample_seed;  /* 0: a fresh seed per process */
+  uint64_t stack_table_size;   /* memory cap of the stack table, bytes */
+  int stack_python;            /* merge CPython frames */
+  int stack_unwind_safe;       /* GPUPROF_STACK_UNWIND=safe */
 };
 
 /* Defaults, also quoted by docs/CONFIGURATION.md. */
@@ -69,6 +76,10 @@ struct config {
 #define CONFIG_DEFAULT_FLUSH_INTERVAL_NS (500ull * 1000000ull)
 #define CONFIG_DEFAULT_CORR_TABLE_SIZE (1ull << 17)
 #define CONFIG_MIN_BUFFER_SIZE (64ull << 10)
+#define CONFIG_DEFAULT_STACK_DEPTH 64
+#define CONFIG_MAX_STACK_DEPTH 128
+#define CONFIG_DEFAULT_STACK_SAMPLE_EVERY 16
+#define CONFIG_DEFAULT_STACK_TABLE_SIZE (32ull << 20)
 
 /*
  * Reads the environment into *cfg. Never fails: a value that does not parse is reported on

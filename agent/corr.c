@@ -8,7 +8,7 @@
 
 #include "agent/util/hash.h"
 
-/* 48 bytes. All fields are atomics so that the seqlock reader races with nobody (TSan-clean);
+/* 56 bytes. All fields are atomics so that the seqlock reader races with nobody (TSan-clean);
  * relaxed loads and stores compile to plain moves on x86-64 and arm64. */
 struct corr_slot {
   _Atomic uint32_t seq; /* even: stable, odd: a writer is inside */
@@ -16,6 +16,8 @@ struct corr_slot {
   _Atomic uint32_t parent_corr_id;
   _Atomic uint32_t tid;
   _Atomic uint32_t meta; /* cbid << 8 | domain */
+  _Atomic uint32_t stack_id;
+  _Atomic uint32_t weight;
   uint32_t pad;
   _Atomic uintptr_t api_name;
   _Atomic uint64_t enter_ns;
@@ -104,6 +106,8 @@ void corr_table_enter(struct corr_table *t, const struct corr_info *info)
   atomic_store_explicit(&s->tid, info->tid, RELAXED);
   atomic_store_explicit(&s->meta, (uint32_t)info->cbid << 8 | info->domain, RELAXED);
   atomic_store_explicit(&s->api_name, (uintptr_t)info->api_name, RELAXED);
+  atomic_store_explicit(&s->stack_id, info->stack_id, RELAXED);
+  atomic_store_explicit(&s->weight, info->weight, RELAXED);
   atomic_store_explicit(&s->enter_ns, info->enter_ns, RELAXED);
   atomic_store_explicit(&s->exit_ns, 0, RELAXED);
   slot_unlock(s, (uint32_t)seq);
@@ -144,6 +148,8 @@ int corr_table_lookup(struct corr_table *t, uint32_t corr_id, struct corr_info *
     out->api_name = (const char *)atomic_load_explicit(&s->api_name, RELAXED);
     out->enter_ns = atomic_load_explicit(&s->enter_ns, RELAXED);
     out->exit_ns = atomic_load_explicit(&s->exit_ns, RELAXED);
+    out->stack_id = atomic_load_explicit(&s->stack_id, RELAXED);
+    out->weight = atomic_load_explicit(&s->weight, RELAXED);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&s->seq, RELAXED) != seq1)
       continue;

@@ -20,6 +20,8 @@ struct corr_info {
   const char *api_name; /* CUPTI's functionName: a global constant, kept as a pointer */
   uint64_t enter_ns;    /* CLOCK_REALTIME */
   uint64_t exit_ns;     /* 0 until the call returned */
+  uint32_t stack_id;    /* host stack (agent/stack.h), STACK_ID_NONE when none was taken */
+  uint32_t weight;      /* calls the stack stands for: the sample period, 1, or 0 for none */
 };
 
 /*

@@ -13,6 +13,8 @@
 
 #include "agent/aggregate.h"
 #include "agent/config.h"
+#include "agent/hoststack.h"
+#include "agent/stack_report.h"
 #include "agent/util/fdwriter.h"
 #include "agent/util/log.h"
 #include "export/json.h"
@@ -172,6 +174,16 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
   write_bucket(w, "sync", t->syncs, 0, "time_ns", t->sync_time_ns, 0);
 
   write_memory(w, in->mem);
+
+  if (in->stacks && in->agg) {
+    struct stack_report_input sr = {in->agg,
+                                    in->allocs,
+                                    in->stacks,
+                                    hoststack_policy_name(),
+                                    hoststack_sample_every(),
+                                    in->cfg->stack_depth};
+    stack_report_write_json(&sr, w);
+  }
 
   json_writer_key(w, "joins");
   json_writer_begin_object(w);
@@ -403,6 +415,16 @@ void summary_print(const struct summary_input *in, const char *written_to)
       fd_writer_printf(&fw, "gpuprof:   memory on device %d: ", i - 1);
     fd_writer_printf(&fw, "%llu allocations, %llu frees, peak %s in use, %s in use at exit\n",
                      (unsigned long long)d->allocs, (unsigned long long)d->frees, a, b);
+  }
+
+  if (in->stacks) {
+    struct stack_report_input sr = {in->agg,
+                                    in->allocs,
+                                    in->stacks,
+                                    hoststack_policy_name(),
+                                    hoststack_sample_every(),
+                                    in->cfg->stack_depth};
+    stack_report_print(&sr, &fw);
   }
 
   losses = in->worker.dropped_records + in->worker.zero_timestamps + in->worker.invalid_records +

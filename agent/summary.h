@@ -12,6 +12,7 @@
 struct aggregate;
 struct config;
 struct json_writer;
+struct stack_table;
 
 /* Everything the summary reports, gathered by the exit path. Pointers may be NULL (inactive). */
 struct summary_input {
@@ -26,6 +27,8 @@ struct summary_input {
   const struct alloc_map_stats *mem;
   struct worker_stats worker;
   uint64_t buffer_pool_exhausted;
+  struct alloc_map *allocs;   /* live allocations by stack; may be NULL */
+  struct stack_table *stacks; /* NULL: no "stacks" section (stacks off) */
 };
 
 /* Writes the version-1 JSON document (deterministic order) to w. 0 or -errno. */

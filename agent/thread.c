@@ -23,6 +23,8 @@ void thread_push_call(struct thread_state *ts, uint32_t corr_id, uint8_t domain,
     ts->open[ts->depth].corr_id = corr_id;
     ts->open[ts->depth].domain = domain;
     ts->open[ts->depth].is_memory = (uint8_t)(is_memory != 0);
+    ts->open[ts->depth].stack_id = 0;
+    ts->open[ts->depth].weight = 0;
   }
   ts->depth++;
 }

@@ -12,6 +12,7 @@
 #include "agent/alloc_map.h"
 #include "agent/corr.h"
 #include "agent/ctx_map.h"
+#include "agent/hoststack.h"
 #include "agent/thread.h"
 #include "agent/util/clock.h"
 #include "agent/util/counter.h"
@@ -60,7 +61,11 @@ static uint64_t read_u64(const void *p)
 static void track_memory(const struct cbid_entry *e, const CUpti_CallbackData *cb)
 {
   const char *params = cb->functionParams;
-  struct alloc_info info = {.kind = e->kind, .corr_id = cb->correlationId, .api = cb->functionName};
+  struct thread_call *top = thread_top_call(thread_state_get());
+  struct alloc_info info = {.kind = e->kind,
+                            .corr_id = cb->correlationId,
+                            .api = cb->functionName,
+                            .stack_id = top ? top->stack_id : 0};
   enum alloc_space space = ALLOC_SPACE_VA;
   uint64_t key = 0;
 
@@ -145,12 +150,53 @@ static int call_succeeded(const CUpti_CallbackData *cb)
   return result == 0;
 }
 
+/*
+ * The host stack of a call at ENTER, before it is pushed. A call nested in another one on
+ * this thread (a runtime call reaching the driver) shares the outer call's stack and sampling
+ * decision: one unwind per user call, and a sampled launch is never counted twice.
+ */
+static void stack_for_call(struct thread_state *ts, const struct cbid_entry *e, uint32_t *stack_id,
+                           uint32_t *weight)
+{
+  struct thread_call *outer = thread_top_call(ts);
+  enum hoststack_call call = HOSTSTACK_CALL_OTHER;
+
+  *stack_id = 0;
+  *weight = 0;
+  if (ts->depth > 0) {
+    if (outer) {
+      *stack_id = outer->stack_id;
+      *weight = outer->weight;
+    }
+    return;
+  }
+  if (!e)
+    return;
+  switch (e->cls) {
+  case CBID_ALLOC:
+  case CBID_FREE:
+  case CBID_MEMCPY:
+  case CBID_MEMSET:
+    call = HOSTSTACK_CALL_MEMORY;
+    break;
+  case CBID_LAUNCH:
+  case CBID_GRAPH_LAUNCH:
+  case CBID_SYNC:
+    call = HOSTSTACK_CALL_LAUNCH;
+    break;
+  default:
+    return;
+  }
+  hoststack_capture(ts, call, stack_id, weight);
+}
+
 static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
 {
   const struct cbid_entry *e = cbid_lookup(domain, cbid);
   struct thread_state *ts = thread_state_get();
   uint8_t dom = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CORR_DOMAIN_RUNTIME : CORR_DOMAIN_DRIVER;
   int is_memory = e && (e->cls == CBID_ALLOC || e->cls == CBID_FREE);
+  struct thread_call *top;
 
   if (cb->callbackSite == CUPTI_API_ENTER) {
     struct corr_info info = {
@@ -161,7 +207,12 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
         .api_name = cb->functionName,
         .enter_ns = clock_realtime_ns(),
     };
+    stack_for_call(ts, e, &info.stack_id, &info.weight);
     thread_push_call(ts, cb->correlationId, dom, is_memory);
+    if ((top = thread_top_call(ts))) {
+      top->stack_id = info.stack_id;
+      top->weight = info.weight;
+    }
     if (dom == CORR_DOMAIN_DRIVER)
       info.parent_corr_id = thread_parent_runtime(ts);
     corr_table_enter(corr, &info);

@@ -1,0 +1,42 @@
+/* Native stack capture on application threads: libunwind's fast path, minus the agent's frames. */
+#ifndef GPUPROF_AGENT_UNWIND_H
+#define GPUPROF_AGENT_UNWIND_H
+
+#include <stdint.h>
+
+/* Most frames skipped at the leaf (agent, CUPTI, driver) beyond the requested depth. */
+#define UNWIND_SKIP_SLACK 32
+
+/*
+ * Sets libunwind's per-thread caching and records the address ranges of the modules whose
+ * frames never belong in a user's stack: the agent itself, and every loaded module whose file
+ * name starts with one of `skip_names` (e.g. "libcupti.so", "libcuda.so"), plus the module of
+ * each address in `anchors` (NULL-terminated; e.g. a CUPTI function pointer). Call once, from
+ * the one-time init, before any capture.
+ */
+void unwind_init(const char *const *skip_names, const void *const *anchors);
+
+/*
+ * Fast (default): libunwind's unw_backtrace, cached per thread. A frame without unwind
+ * information makes libunwind follow %rbp without validating it, so such a frame whose %rbp
+ * holds garbage (hand-written assembly, some JIT code) can crash the process inside libunwind.
+ * Safe: steps frame by frame, ends the stack at the first frame without unwind information,
+ * and validates every memory read; about 40 times slower. GPUPROF_STACK_UNWIND selects it.
+ */
+void unwind_set_safe(int safe);
+
+/* Adds the ranges of modules loaded after unwind_init (a driver dlopened late). */
+void unwind_add_skip_module(const void *addr);
+
+/*
+ * Unwinds the calling thread into frames (return addresses, leaf first), dropping the leading
+ * frames that lie in skipped modules. Returns the number of frames (0..max). Safe in CUPTI
+ * callbacks: writes only to `frames` and libunwind's per-thread cache, takes no lock of ours.
+ * A frame libunwind cannot step past (no unwind information, a corrupt frame) ends the stack.
+ */
+int unwind_capture(uint64_t *frames, int max);
+
+/* True if addr lies in a skipped module (exported for tests). */
+int unwind_is_skipped(uint64_t addr);
+
+#endif
