@@ -35,6 +35,13 @@ struct aggregate {
   struct ptr_table apis;          /* struct api_name *, by function-name pointer */
   struct ptr_table stack_kernels; /* struct agg_stack_kernel *, by (stack, kernel) */
   struct ptr_table stack_copies;  /* struct agg_stack_copy *, by stack */
+  /* Kernel lookups by CUPTI's name pointer: CUPTI shares one string per function, so the
+   * pointer finds the entry without hashing ~100-character mangled names per record; the
+   * strcmp guards against a pointer reused by another module's name after an unload. */
+  struct {
+    const char *name;
+    struct agg_kernel *kernel;
+  } kernel_cache[256];
   int oom_warned;
 };
 
@@ -227,11 +234,17 @@ static int match_kernel(const void *item, const void *key)
 
 static struct agg_kernel *kernel_get(struct aggregate *a, const char *name)
 {
-  uint64_t h = hash_str(name);
-  struct agg_kernel *k = ptr_table_find(&a->kernels, h, match_kernel, name);
+  size_t slot =
+      hash_u64((uint64_t)(uintptr_t)name) % (sizeof(a->kernel_cache) / sizeof(a->kernel_cache[0]));
+  struct agg_kernel *k = a->kernel_cache[slot].kernel;
+  uint64_t h;
 
-  if (k)
+  if (k && a->kernel_cache[slot].name == name && !strcmp(k->name, name))
     return k;
+  h = hash_str(name);
+  k = ptr_table_find(&a->kernels, h, match_kernel, name);
+  if (k)
+    goto cache;
   k = calloc(1, sizeof(*k));
   if (!k || !(k->name = strdup(name)) || ptr_table_insert(&a->kernels, h, k)) {
     if (k)
@@ -239,6 +252,9 @@ static struct agg_kernel *kernel_get(struct aggregate *a, const char *name)
     free(k);
     return NULL;
   }
+cache:
+  a->kernel_cache[slot].name = name;
+  a->kernel_cache[slot].kernel = k;
   return k;
 }
 
