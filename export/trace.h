@@ -1,0 +1,150 @@
+/* Streaming timeline writer: host API calls, GPU work, flows and counters to a Perfetto trace. */
+#ifndef GPUPROF_EXPORT_TRACE_H
+#define GPUPROF_EXPORT_TRACE_H
+
+#include <stdint.h>
+
+/*
+ * One writer per trace file, fed by one thread at a time (the agent's worker during a capture,
+ * or the gpuprof command). Three encodings of the same content:
+ *
+ *   TRACE_FORMAT_JSON      Chrome Trace Event JSON (what ui.perfetto.dev and chrome://tracing read)
+ *   TRACE_FORMAT_JSON_GZ   the same, gzip-compressed while it is written
+ *   TRACE_FORMAT_PERFETTO  native Perfetto TracePacket protobuf (.pftrace)
+ *
+ * Layout (docs/TRACES.md): the host process with one track per application thread (CUDA API
+ * calls as slices); one process per GPU, sorted after the host, with one track per stream
+ * (kernels, memcpys, memsets), one track per stream for synchronization waits, and a "GPU
+ * memory in use" counter; a flow arrow from each launching API call to its GPU slice.
+ *
+ * Nothing is kept per event: output goes through a bounded buffer, and memory grows only with
+ * the number of distinct tracks (threads, streams) and, for the protobuf encoding, distinct
+ * names. Slices on one track never overlap in the output: a slice that would partially overlap
+ * one already written on its track is clamped (its start moved to the other's end, or its end
+ * to the other's start) and counted in trace_stats.clamped.
+ *
+ * Timestamps are CLOCK_REALTIME nanoseconds. JSON writes them in microseconds relative to
+ * trace_meta.base_ns with three decimals (a double cannot hold epoch microseconds to the
+ * nanosecond); the protobuf writes absolute nanoseconds.
+ *
+ * Errors: functions return 0 or a negative errno. An I/O error is sticky (every later call
+ * returns it). When the size cap is reached the writer stops writing events, keeps the file
+ * valid, counts what it discards and returns -EFBIG from every event call; trace_writer_close
+ * then adds a note to the trace's metadata and returns 0.
+ */
+
+enum trace_format {
+  TRACE_FORMAT_JSON = 0,
+  TRACE_FORMAT_JSON_GZ,
+  TRACE_FORMAT_PERFETTO,
+};
+
+/* "json", "json.gz" or "perfetto" (also "pftrace"); 0 or -EINVAL. */
+int trace_format_parse(const char *s, enum trace_format *out);
+/* The file name suffix: ".json", ".json.gz", ".pftrace". */
+const char *trace_format_suffix(enum trace_format f);
+
+/* What is known when the trace is opened. Strings are copied. */
+struct trace_meta {
+  uint64_t base_ns;          /* time origin (CLOCK_REALTIME ns), usually the capture start;
+                                anything earlier is clamped to it */
+  uint32_t pid;              /* the host process */
+  const char *process_name;  /* e.g. "python3 train.py"; NULL: "process <pid>" */
+  const char *command_line;  /* NULL if unknown */
+  const char *hostname;      /* NULL if unknown */
+  const char *agent_version; /* e.g. "gpuprof 0.1.0" */
+  uint64_t size_cap_bytes;   /* 0: no cap; else the file stays below this size */
+  int flows;                 /* nonzero: write flow arrows (off for GPU-only captures, whose
+                                API slices are not recorded) */
+  int gzip_level;            /* TRACE_FORMAT_JSON_GZ: 1..9, 0 means 1 (fastest) */
+};
+
+enum trace_gpu_kind {
+  TRACE_GPU_KERNEL = 1,
+  TRACE_GPU_MEMCPY,
+  TRACE_GPU_MEMSET,
+};
+
+/*
+ * One piece of GPU work, filled by the agent from its event model (or by the CLI). Kept apart
+ * from agent/event.h because export/ is shared with the command, which has no agent headers.
+ */
+struct trace_gpu_slice {
+  enum trace_gpu_kind kind;
+  uint64_t start_ns, end_ns;
+  uint32_t device;
+  uint32_t stream;
+  uint32_t corr_id;  /* shown as an argument; 0 if none */
+  uint64_t flow_id;  /* the API slice's flow (trace_writer_api_slice), 0: no arrow */
+  uint32_t graph_id; /* 0 unless the work ran as a graph node */
+  uint64_t graph_node_id;
+  const char *name; /* kernels: the (mangled) name; memcpy/memset: NULL for the default */
+  union {
+    struct {
+      int32_t grid[3];
+      int32_t block[3];
+      uint32_t registers_per_thread;
+      uint32_t static_smem, dynamic_smem;
+    } kernel;
+    struct {
+      uint64_t bytes;
+      uint8_t copy_kind; /* CUPTI's CUpti_ActivityMemcpyKind values (1 HtoD, 2 DtoH, 8 DtoD…) */
+      uint32_t src_device, dst_device;
+    } memcpy;
+    struct {
+      uint64_t bytes;
+      uint32_t value;
+    } memset;
+  } u;
+};
+
+struct trace_writer;
+
+/* Creates (truncates) path; NULL with errno set on failure. */
+struct trace_writer *trace_writer_open(const char *path, enum trace_format format,
+                                       const struct trace_meta *meta);
+
+/* Names a GPU ("NVIDIA H100 80GB HBM3"): its process becomes "GPU <n> (<name>)". Optional. */
+int trace_writer_device(struct trace_writer *w, uint32_t device, const char *name);
+/* Names a host thread's track; threads without a name are shown as "thread <tid>". */
+int trace_writer_thread_name(struct trace_writer *w, uint32_t tid, const char *name);
+
+/*
+ * A host API call on thread tid of the host process. flow_id != 0 starts a flow arrow that
+ * the GPU slice with the same flow_id ends (use the correlation id: unique per process).
+ */
+int trace_writer_api_slice(struct trace_writer *w, uint32_t tid, const char *name,
+                           uint64_t start_ns, uint64_t end_ns, uint32_t corr_id, uint64_t flow_id);
+
+int trace_writer_gpu_slice(struct trace_writer *w, const struct trace_gpu_slice *s);
+
+/* A synchronization wait (CUPTI sync record): stream == UINT32_MAX for a context-wide one. */
+int trace_writer_sync(struct trace_writer *w, uint32_t device, uint32_t stream, const char *name,
+                      uint64_t start_ns, uint64_t end_ns, uint32_t corr_id);
+
+/* GPU memory in use on device from ts_ns on. */
+int trace_writer_memory(struct trace_writer *w, uint32_t device, uint64_t ts_ns,
+                        uint64_t bytes_in_use);
+
+/*
+ * Metadata written when the trace is closed (dropped-record counts, capture end, …). Keys are
+ * [a-z0-9_]; setting a key again replaces its value. At most TRACE_META_MAX keys.
+ */
+#define TRACE_META_MAX 32
+int trace_writer_meta_uint(struct trace_writer *w, const char *key, uint64_t value);
+int trace_writer_meta_string(struct trace_writer *w, const char *key, const char *value);
+
+struct trace_stats {
+  uint64_t events;    /* slices, counters and flows written */
+  uint64_t bytes;     /* file size so far (compressed for gzip), excluding buffered */
+  uint64_t clamped;   /* slices moved or shortened to keep their track nested */
+  uint64_t discarded; /* events not written because the size cap was reached */
+  uint64_t invalid;   /* events refused: end before start, or too many tracks */
+  int stopped;        /* the size cap was reached */
+};
+void trace_writer_stats(const struct trace_writer *w, struct trace_stats *out);
+
+/* Writes the metadata and the end of the file, closes it and frees w. NULL is a no-op. */
+int trace_writer_close(struct trace_writer *w);
+
+#endif

@@ -1,0 +1,168 @@
+/* What the trace writer's front end (trace.c) shares with its JSON and protobuf encoders. */
+#ifndef GPUPROF_EXPORT_TRACE_INTERNAL_H
+#define GPUPROF_EXPORT_TRACE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zlib.h>
+
+#include "export/trace.h"
+
+/* ---- output: a bounded buffer over write(2), optionally through streaming deflate ---- */
+
+#define TRACE_OUT_BUF (256u * 1024u)
+/* Larger than any one event (names are truncated to TRACE_NAME_MAX bytes before escaping). */
+#define TRACE_EVENT_MAX (40u * 1024u)
+#define TRACE_NAME_MAX 4096u
+/* Room kept below the size cap for the end of the file (metadata, closing brackets). */
+#define TRACE_TAIL_RESERVE (96u * 1024u)
+#define TRACE_META_KEY_MAX 48u
+#define TRACE_META_VALUE_MAX 128u
+
+/*
+ * Whole events go into buf; buf is written (or deflated) only when the next event does not fit,
+ * so every write(2) ends on an event boundary: a process killed between two writes leaves a file
+ * that ends with a complete event. gzip output is sync-flushed at each of those points, so zcat
+ * recovers everything written before a kill.
+ */
+struct trace_out {
+  int fd;
+  int err;
+  int gzip;
+  z_stream z;
+  char *buf;
+  size_t len;
+  unsigned char *zbuf;
+  uint64_t file_bytes; /* bytes handed to write(2) */
+};
+
+int trace_out_open(struct trace_out *o, const char *path, int gzip, int level);
+/* A pointer to at least n (<= TRACE_EVENT_MAX) writable bytes; NULL on error (o->err). */
+char *trace_out_reserve(struct trace_out *o, size_t n);
+static inline void trace_out_commit(struct trace_out *o, size_t n)
+{
+  o->len += n;
+}
+int trace_out_write(struct trace_out *o, const void *data, size_t n);
+int trace_out_flush(struct trace_out *o);
+/* Bytes the file would have if it were flushed now (an upper bound for gzip). */
+uint64_t trace_out_size(const struct trace_out *o);
+/* Overwrites already-flushed bytes of an uncompressed file. */
+int trace_out_pwrite(struct trace_out *o, uint64_t off, const void *data, size_t n);
+int trace_out_close(struct trace_out *o);
+
+/* ---- tracks ---- */
+
+enum trace_track_kind {
+  TRACK_HOST_PROCESS = 1,
+  TRACK_HOST_THREAD,
+  TRACK_GPU_PROCESS, /* a = device */
+  TRACK_GPU_STREAM,  /* a = device, b = stream */
+  TRACK_GPU_SYNC,    /* a = device, b = stream (UINT32_MAX: context-wide) */
+  TRACK_GPU_MEMORY,  /* a = device */
+  TRACK_META,        /* the protobuf writer's "gpuprof" track for trace metadata */
+};
+
+#define TRACK_RING 16
+
+struct trace_span {
+  uint64_t start, end;
+};
+
+struct trace_track {
+  uint8_t kind;
+  uint8_t described;
+  uint32_t a, b;
+  uint64_t uuid;    /* protobuf track uuid, unique in the trace */
+  uint64_t max_end; /* latest end of any slice written on the track */
+  /* The most recent slices written on the track: a new one is fitted against these. */
+  struct trace_span ring[TRACK_RING];
+  uint32_t ring_len, ring_pos;
+};
+
+/* One slice ready to encode: fitted to its track, timestamps >= base. */
+struct trace_slice {
+  const char *name;
+  size_t name_len;
+  uint64_t start, end;
+  uint32_t corr_id;
+  uint64_t flow_out;                 /* nonzero: a flow starts here */
+  uint64_t flow_in;                  /* nonzero: a flow ends here */
+  const struct trace_gpu_slice *gpu; /* NULL for API calls and syncs */
+};
+
+struct trace_meta_kv {
+  char key[TRACE_META_KEY_MAX];
+  int is_string;
+  uint64_t u;
+  char s[TRACE_META_VALUE_MAX];
+};
+
+struct trace_encoder;
+
+struct trace_writer {
+  enum trace_format format;
+  struct trace_meta meta; /* strings owned */
+  struct trace_out out;
+  uint64_t cap; /* size_cap_bytes less the tail reserve; UINT64_MAX if none */
+
+  struct trace_track *tracks; /* open addressing */
+  uint32_t tracks_cap, tracks_len;
+  uint64_t next_uuid;
+  struct trace_track *last; /* one-entry lookup cache */
+
+  char *device_names[64];
+  struct trace_meta_kv kv[TRACE_META_MAX];
+  uint32_t kv_len;
+
+  uint64_t max_ts; /* latest timestamp written */
+  struct trace_stats stats;
+  const struct trace_encoder_ops *ops;
+  struct trace_encoder *enc; /* the encoder's own state */
+};
+
+#define TRACE_MAX_DEVICES 64u
+#define TRACE_MAX_TRACKS 65536u
+
+/* The pid a GPU's process gets in JSON: above any real pid, distinct per host process. */
+static inline uint32_t trace_gpu_pid(uint32_t host_pid, uint32_t device)
+{
+  return 0x40000000u | ((host_pid & 0x3fffffu) << 8) | (device & 0xffu);
+}
+/* The tid of a stream's synchronization track inside the GPU process. */
+static inline uint32_t trace_sync_tid(uint32_t stream)
+{
+  return stream == UINT32_MAX ? UINT32_MAX : (0x80000000u | stream);
+}
+
+/* Track display names, shared by both encodings. Return the length written (< n). */
+size_t trace_track_name(const struct trace_writer *w, const struct trace_track *t, char *buf,
+                        size_t n);
+const char *trace_copy_kind_name(unsigned kind); /* "HtoD", … */
+/* Memcpy/memset throughput in GB/s (bytes per ns), in thousandths; 0 if no duration. */
+uint64_t trace_bandwidth_milli(uint64_t bytes, uint64_t dur_ns);
+
+/*
+ * 0 if `bytes` more still fit under the size cap, else stops the writer (-EFBIG). pending: the
+ * event is already formatted at the end of the output buffer (trace_out_reserve), uncommitted;
+ * it is kept if the check has to flush the buffer, and the caller then commits it as usual.
+ */
+int trace_fits(struct trace_writer *w, size_t bytes, int pending);
+
+/* ---- encoders ---- */
+
+struct trace_encoder_ops {
+  int (*begin)(struct trace_writer *w);
+  int (*describe)(struct trace_writer *w, struct trace_track *t);
+  /* Names (or renames) a host thread's track. */
+  int (*describe_thread)(struct trace_writer *w, struct trace_track *t, const char *name);
+  int (*slice)(struct trace_writer *w, struct trace_track *t, const struct trace_slice *s);
+  int (*counter)(struct trace_writer *w, struct trace_track *t, uint64_t ts, uint64_t value);
+  int (*end)(struct trace_writer *w); /* metadata and closing; the file is then closed */
+  void (*free)(struct trace_writer *w);
+};
+
+extern const struct trace_encoder_ops trace_json_ops;
+extern const struct trace_encoder_ops trace_perfetto_ops;
+
+#endif

@@ -1,0 +1,155 @@
+/* Benchmark of the trace writers: events per second on one core and bytes per kernel event. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "export/trace.h"
+
+/*
+ * bench_trace [--events N] [--dir DIR]
+ *
+ * For each format, writes N kernels (realistic mangled names from a set of 64, launch
+ * configurations from a set of 16, 4 streams on 2 GPUs) and N launch API calls with flows,
+ * the shape of a small-kernel storm, and reports:
+ *   events/s   writer calls per second of thread CPU time (one API slice or one kernel = one
+ *              call; flows are part of the calls)
+ *   B/kernel   file bytes divided by the number of kernels, for a kernels-only run (GPU-only
+ *              capture: no API slices, no flows) and for the full run (per kernel + its launch)
+ * Numbers go to docs/PERFORMANCE.md; nothing here is asserted.
+ */
+
+static double cpu_seconds(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static char names[64][160];
+
+static void make_names(void)
+{
+  static const char *const stems[] = {"sgemm_128x64_nn",
+                                      "ampere_fp16_s16816gemm_fp16_256x128",
+                                      "vectorized_elementwise_kernel",
+                                      "reduce_kernel",
+                                      "softmax_warp_forward",
+                                      "layer_norm_kernel",
+                                      "flash_fwd_kernel",
+                                      "indexSelectLargeIndex"};
+  for (int i = 0; i < 64; i++)
+    snprintf(names[i], sizeof(names[i]), "_ZN2at6native%zu%s%dILi%dEEEvPfS_i", strlen(stems[i % 8]),
+             stems[i % 8], i, 4 << (i % 4));
+}
+
+struct result {
+  double events_per_s;
+  double bytes_per_kernel;
+  uint64_t bytes;
+};
+
+static int run(enum trace_format fmt, const char *path, long n, int with_api, struct result *r)
+{
+  struct trace_meta meta = {.base_ns = 1700000000000000000ull,
+                            .pid = 1234,
+                            .process_name = "bench",
+                            .agent_version = "gpuprof bench",
+                            .flows = with_api};
+  struct trace_writer *w = trace_writer_open(path, fmt, &meta);
+  uint64_t t = meta.base_ns + 1000;
+  uint64_t stream_end[4] = {0};
+  long calls = 0;
+  double c0;
+  struct stat st;
+
+  if (!w) {
+    fprintf(stderr, "bench_trace: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  trace_writer_device(w, 0, "NVIDIA H100 80GB HBM3");
+  trace_writer_device(w, 1, "NVIDIA H100 80GB HBM3");
+  c0 = cpu_seconds();
+  for (long i = 0; i < n; i++) {
+    uint32_t corr = (uint32_t)i + 1, si = (uint32_t)(i & 3);
+    uint64_t api_s = t + (uint64_t)i * 2500, launch_end = api_s + 1800 + (uint64_t)(i % 7) * 13;
+    struct trace_gpu_slice g = {.kind = TRACE_GPU_KERNEL,
+                                .device = si >> 1,
+                                .stream = 7 + (si & 1) * 6,
+                                .corr_id = corr,
+                                .flow_id = with_api ? corr : 0,
+                                .name = names[i % 64]};
+    uint64_t ks = api_s + 30000 + (uint64_t)(i % 13) * 17;
+    if (ks < stream_end[si])
+      ks = stream_end[si];
+    g.start_ns = ks;
+    g.end_ns = ks + 4000 + (uint64_t)(i % 97) * 31;
+    stream_end[si] = g.end_ns;
+    g.u.kernel.grid[0] = 64 << (i % 4);
+    g.u.kernel.grid[1] = 1 + (int)(i % 4 / 2);
+    g.u.kernel.grid[2] = 1;
+    g.u.kernel.block[0] = 128 << (i % 2);
+    g.u.kernel.block[1] = g.u.kernel.block[2] = 1;
+    g.u.kernel.registers_per_thread = 64;
+    g.u.kernel.static_smem = 0;
+    g.u.kernel.dynamic_smem = (uint32_t)(i % 2) * 49152;
+    if (with_api) {
+      trace_writer_api_slice(w, 1234 + (uint32_t)(i & 1), "cudaLaunchKernel", api_s, launch_end,
+                             corr, corr);
+      calls++;
+    }
+    trace_writer_gpu_slice(w, &g);
+    calls++;
+  }
+  trace_writer_close(w);
+  r->events_per_s = (double)calls / (cpu_seconds() - c0);
+  if (stat(path, &st))
+    return -1;
+  r->bytes = (uint64_t)st.st_size;
+  r->bytes_per_kernel = (double)st.st_size / (double)n;
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  long n = 1000000;
+  const char *dir = "/tmp";
+  static const struct {
+    enum trace_format fmt;
+    const char *name;
+  } fmts[] = {{TRACE_FORMAT_JSON, "json"},
+              {TRACE_FORMAT_JSON_GZ, "json.gz"},
+              {TRACE_FORMAT_PERFETTO, "pftrace"}};
+
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--events") && i + 1 < argc)
+      n = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+      dir = argv[++i];
+    else {
+      fprintf(stderr, "usage: bench_trace [--events N] [--dir DIR]\n");
+      return 2;
+    }
+  }
+  make_names();
+  printf("%-8s %-13s %14s %12s %14s\n", "format", "content", "events/s/core", "B/kernel",
+         "file bytes");
+  for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
+    for (int with_api = 0; with_api < 2; with_api++) {
+      char path[4096];
+      struct result r;
+      snprintf(path, sizeof(path), "%s/bench_trace_%d.%s", dir, (int)getpid(), fmts[f].name);
+      if (run(fmts[f].fmt, path, n, with_api, &r))
+        return 1;
+      printf("%-8s %-13s %14.0f %12.1f %14" PRIu64 "\n", fmts[f].name,
+             with_api ? "kernel+launch" : "kernels", r.events_per_s, r.bytes_per_kernel, r.bytes);
+      unlink(path);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""gpuprof's trace validator: Perfetto's Chrome-JSON import rules, applied offline.
+
+Usage: validate_trace.py FILE [--expect-json EXPECTATIONS] [--summary]
+
+FILE is a .json or .json.gz trace (gzip is recognised by its magic bytes). The checks follow
+how Perfetto's JSON importer reads a trace (shared/reference/formats.md section 3) plus the
+rules gpuprof's writer promises (docs/TRACES.md):
+
+  file     starts with {" or [{" after whitespace; object form must be complete and have a
+           traceEvents array and a metadata object with base_time_ns; array form may lack its
+           closing bracket and have a trailing comma (a killed writer) -- reported as truncated
+  events   ph is a phase Perfetto imports; ts on every non-M event, a number or numeric
+           string, non-negative, at most 3 decimals, small enough that a double keeps the
+           nanosecond (below 2^53 ns: write relative to a base); X has dur >= 0; pid/tid are
+           integers in [0, 2^32)
+  M        process_name/thread_name with a non-empty args.name, *_sort_index with an integer
+           args.sort_index; every process and thread track that has events is named
+  C        a non-empty args object whose values are all numbers
+  nesting  slices (X, and B/E pairs) on each (pid, tid) track nest strictly: a slice that
+           starts inside another ends inside it ([start, end) intervals); depth <= 512
+  flows    s/t/f carry id, cat and name and pair up by (id, cat, name);
+           an f without an s is an error (an s without an f only a warning: the GPU side
+           may lie outside the capture); f has "bp":"e"; each flow point lies inside a slice
+           of its track
+
+--expect-json takes a JSON file of expectations (all keys optional):
+  {"truncated": false,
+   "metadata": {"key": value, ...},            exact values in the metadata object
+   "metadata_keys": ["key", ...],              keys that must exist
+   "processes": ["name", ...], "threads": ["name", ...],   M names that must exist
+   "slices": [{"name": "...", "name_re": "...", "cat": "...", "pid": N, "tid": N,
+               "count": N, "min_count": N, "max_count": N}],
+   "counters": [{"name": "...", "pid": N, "count": N, "min_count": N}],
+   "flows": N  or  {"min": N, "max": N},
+   "min_events": N}
+
+Exit status 0 when the trace is valid and meets the expectations, 1 otherwise, 2 on usage
+errors. --summary prints a JSON summary (events by phase, tracks, flows, metadata) on stdout.
+"""
+
+import argparse
+import bisect
+import collections
+import gzip
+import json
+import re
+import sys
+
+PHASES = set("XBEiIRCbensftMPT")
+IGNORED_BY_PERFETTO = set("SFpONDVvc()")
+M_NAMES = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
+MAX_DEPTH = 512
+TS_NS_LIMIT = 2**53  # ns beyond this do not survive the importer's double
+
+
+class Number:
+    """A JSON number kept as its text, so that decimals can be checked."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+    def value(self):
+        return float(self.text)
+
+
+def parse_json(text):
+    return json.loads(text, parse_float=Number, parse_int=Number)
+
+
+def plain(v):
+    """Converts parsed values (with Number) back to Python numbers, recursively."""
+    if isinstance(v, Number):
+        t = v.text
+        return int(t) if re.fullmatch(r"-?\d+", t) else float(t)
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [plain(x) for x in v]
+    return v
+
+
+class Report:
+    def __init__(self):
+        self.errors = []
+        self.warnings = []
+
+    def error(self, msg):
+        if len(self.errors) < 200:
+            self.errors.append(msg)
+        elif len(self.errors) == 200:
+            self.errors.append("... (more errors left out)")
+
+    def warn(self, msg):
+        if len(self.warnings) < 50:
+            self.warnings.append(msg)
+
+
+def load(path, rep):
+    """Returns (events, metadata, form, truncated) or None."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            rep.error(f"gzip: {e}")
+            return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        rep.error(f"not UTF-8: {e}")
+        return None
+    s = text.lstrip()
+    if s.startswith('{"'):
+        try:
+            doc = parse_json(s)
+        except json.JSONDecodeError as e:
+            rep.error(f"object-form trace is not complete JSON ({e}); Perfetto refuses it "
+                      "(\"JSON trace file is incomplete\")")
+            return None
+        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+            rep.error("object-form trace without a traceEvents array")
+            return None
+        meta = doc.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            rep.error("metadata is not an object")
+            meta = None
+        if "displayTimeUnit" in doc:
+            rep.warn("displayTimeUnit is ignored by Perfetto")
+        return doc["traceEvents"], meta, "object", False
+    if s.startswith('[{"'):
+        body = s.rstrip()
+        truncated = False
+        try:
+            events = parse_json(body)
+        except json.JSONDecodeError:
+            # Perfetto accepts a missing closing bracket and a trailing comma.
+            truncated = True
+            repaired = body.rstrip().rstrip(",")
+            try:
+                events = parse_json(repaired + "]")
+            except json.JSONDecodeError as e:
+                rep.error(f"array-form trace does not parse even with its closing bracket "
+                          f"restored: {e}")
+                return None
+        if not isinstance(events, list):
+            rep.error("array-form trace is not an array")
+            return None
+        if not truncated and re.search(r",\s*\]\s*$", body):
+            truncated = True
+        return events, None, "array", truncated
+    rep.error("file does not start with {\" or [{\" (Perfetto's JSON sniffing); an empty [] "
+              "is not recognised either")
+    return None
+
+
+def as_int(v):
+    if isinstance(v, Number) and re.fullmatch(r"\d+", v.text):
+        return int(v.text)
+    return None
+
+
+def ts_ns(v, rep, where, field):
+    """Parses a ts/dur value into integer ns, checking the precision rules."""
+    if isinstance(v, str):
+        text = v
+    elif isinstance(v, Number):
+        text = v.text
+    else:
+        rep.error(f"{where}: {field} is not a number")
+        return None
+    m = re.fullmatch(r"(-?)(\d+)(?:\.(\d*))?(?:[eE]([+-]?\d+))?", text)
+    if not m:
+        rep.error(f"{where}: {field} {text!r} is not numeric")
+        return None
+    if m.group(4):
+        rep.error(f"{where}: {field} {text} uses an exponent; write fixed-point microseconds")
+        return None
+    frac = m.group(3) or ""
+    if len(frac) > 3:
+        rep.error(f"{where}: {field} {text} has more than 3 decimals (Perfetto rounds to ns)")
+    frac = (frac + "000")[:3]
+    ns = int(m.group(2)) * 1000 + int(frac)
+    if m.group(1):
+        ns = -ns
+    if ns < 0:
+        rep.error(f"{where}: negative {field} {text}")
+        return None
+    if ns >= TS_NS_LIMIT and (m.group(3) or "").strip("0"):
+        rep.error(f"{where}: {field} {text} is too large for a double to keep nanoseconds; "
+                  "write timestamps relative to a base")
+    return ns
+
+
+def validate(path, rep):
+    loaded = load(path, rep)
+    if loaded is None:
+        return None
+    events, meta, form, truncated = loaded
+    summary = {
+        "form": form,
+        "truncated": truncated,
+        "phases": collections.Counter(),
+        "metadata": plain(meta) if meta else None,
+    }
+    if form == "object":
+        if meta is None:
+            rep.error("no metadata object (gpuprof writes base_time_ns there)")
+        elif as_int(meta.get("base_time_ns")) is None:
+            rep.error("metadata.base_time_ns missing or not a non-negative integer")
+
+    proc_names, thread_names = {}, {}
+    proc_sort, thread_sort = {}, {}
+    slices = collections.defaultdict(list)  # (pid, tid) -> [(start, end, idx)]
+    open_b = collections.defaultdict(list)
+    flows = collections.defaultdict(lambda: {"s": [], "f": [], "t": []})
+    counters = collections.defaultdict(list)
+    used_pids, used_tracks = set(), set()
+    parsed = []
+
+    for i, ev in enumerate(events):
+        where = f"event {i}"
+        if not isinstance(ev, dict):
+            rep.error(f"{where}: not an object")
+            continue
+        if not ev:
+            continue
+        ph = ev.get("ph")
+        if not isinstance(ph, str) or not ph:
+            rep.error(f"{where}: missing ph")
+            continue
+        ph = ph[0]
+        summary["phases"][ph] += 1
+        if ph in IGNORED_BY_PERFETTO or ph not in PHASES:
+            rep.error(f"{where}: phase {ph!r} is silently ignored by Perfetto")
+            continue
+        pid = as_int(ev.get("pid"))
+        if pid is None or pid >= 2**32:
+            rep.error(f"{where}: pid must be an integer in [0, 2^32) (got {plain(ev.get('pid'))!r})")
+            continue
+        tid = ev.get("tid")
+        if tid is None:
+            tid = pid
+        else:
+            tid = as_int(tid)
+            if tid is None or tid >= 2**32:
+                rep.error(f"{where}: tid must be an integer in [0, 2^32)")
+                continue
+        name = ev.get("name")
+        args = ev.get("args")
+        if args is not None and not isinstance(args, dict):
+            rep.error(f"{where}: args is not an object")
+            args = None
+
+        if ph == "M":
+            if name not in M_NAMES:
+                rep.warn(f"{where}: M event {name!r} is ignored by Perfetto")
+                continue
+            if args is None:
+                rep.error(f"{where}: M {name} without args")
+                continue
+            if name.endswith("_name"):
+                n = args.get("name")
+                if not isinstance(n, str) or not n:
+                    rep.error(f"{where}: M {name} needs a non-empty args.name")
+                    continue
+                (proc_names if name == "process_name" else thread_names)[
+                    pid if name == "process_name" else (pid, tid)] = n
+            else:
+                si = args.get("sort_index")
+                if not isinstance(si, Number) or not re.fullmatch(r"-?\d+", si.text):
+                    rep.error(f"{where}: M {name} needs an integer args.sort_index")
+                    continue
+                if name == "process_sort_index":
+                    proc_sort[pid] = int(si.text)
+                else:
+                    thread_sort[(pid, tid)] = int(si.text)
+            continue
+
+        if "ts" not in ev:
+            rep.error(f"{where}: {ph} event without ts (Perfetto drops it)")
+            continue
+        ts = ts_ns(ev["ts"], rep, where, "ts")
+        if ts is None:
+            continue
+        used_pids.add(pid)
+        rec = {"i": i, "ph": ph, "pid": pid, "tid": tid, "ts": ts, "name": name,
+               "cat": ev.get("cat"), "args": args}
+        parsed.append(rec)
+
+        if ph == "X":
+            if "dur" not in ev:
+                rep.error(f"{where}: X without dur")
+                continue
+            dur = ts_ns(ev["dur"], rep, where, "dur")
+            if dur is None:
+                continue
+            if not isinstance(name, str):
+                rep.warn(f"{where}: X without a name (shown as [No name])")
+            slices[(pid, tid)].append((ts, ts + dur, i))
+            used_tracks.add((pid, tid))
+        elif ph == "B":
+            open_b[(pid, tid)].append((ts, i))
+            used_tracks.add((pid, tid))
+        elif ph == "E":
+            stack = open_b[(pid, tid)]
+            if not stack:
+                rep.error(f"{where}: E without a matching B on track {pid}/{tid}")
+                continue
+            start, bi = stack.pop()
+            if ts < start:
+                rep.error(f"{where}: E before its B")
+                continue
+            slices[(pid, tid)].append((start, ts, bi))
+        elif ph == "C":
+            if not args:
+                rep.error(f"{where}: C without args (Perfetto reports an error)")
+                continue
+            for k, v in args.items():
+                if isinstance(v, str):
+                    try:
+                        float(v)
+                    except ValueError:
+                        rep.error(f"{where}: counter value {k}={v!r} is not numeric")
+                        continue
+                elif not isinstance(v, Number):
+                    rep.error(f"{where}: counter value {k} is not numeric")
+                    continue
+                counters[(pid, f"{name} {k}")].append((ts, plain(v)))
+        elif ph in "stf":
+            fid = ev.get("id")
+            if isinstance(fid, Number) and re.fullmatch(r"\d+", fid.text):
+                fid = int(fid.text)
+            elif isinstance(fid, str):
+                try:
+                    fid = int(fid, 16)
+                except ValueError:
+                    rep.error(f"{where}: flow id {fid!r} is not hex (flow_invalid_id)")
+                    continue
+            else:
+                rep.error(f"{where}: flow event without an integer id")
+                continue
+            if not isinstance(ev.get("cat"), str) or not isinstance(name, str):
+                rep.error(f"{where}: flow event needs cat and name (they identify the flow)")
+                continue
+            if ph == "f" and ev.get("bp") != "e":
+                rep.error(f"{where}: flow end without \"bp\":\"e\" binds to the next slice, "
+                          "not the enclosing one")
+            flows[(fid, ev["cat"], name)][ph].append(rec)
+            used_tracks.add((pid, tid))
+        elif ph in "iIR":
+            s = ev.get("s", "t")
+            if s == "t":
+                used_tracks.add((pid, tid))
+
+    for track, b in open_b.items():
+        for ts, bi in b:
+            rep.warn(f"event {bi}: B without E on track {track} (shown as 'Did not end')")
+
+    # Strict nesting per track.
+    intervals = {}
+    max_depth = 0
+    for track, lst in slices.items():
+        lst.sort(key=lambda x: (x[0], -(x[1] - x[0])))
+        stack = []
+        for start, end, idx in lst:
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack and end > stack[-1][1]:
+                rep.error(f"event {idx}: slice [{start}, {end}) ns overlaps event "
+                          f"{stack[-1][2]} [{stack[-1][0]}, {stack[-1][1]}) on track "
+                          f"pid {track[0]} tid {track[1]} without nesting")
+                continue
+            stack.append((start, end, idx))
+            max_depth = max(max_depth, len(stack))
+        intervals[track] = lst
+    if max_depth > MAX_DEPTH:
+        rep.error(f"slice nesting depth {max_depth} exceeds Perfetto's {MAX_DEPTH}")
+
+    starts = {track: [x[0] for x in lst] for track, lst in intervals.items()}
+
+    def inside(track, ts):
+        lst = intervals.get(track, ())
+        i = bisect.bisect_right(starts.get(track, ()), ts) - 1
+        # Walk back from the last slice starting at or before ts: the enclosing one is the
+        # nearest that has not ended (bounded: deep nesting is rare, long walks rarer).
+        for j in range(i, max(-1, i - 10000), -1):
+            start, end, _ = lst[j]
+            if start <= ts < end or start == end == ts:
+                return True
+        return False
+
+    # Flows: matched pairs, bound to slices.
+    nflows = 0
+    for key, pts in flows.items():
+        if not pts["s"]:
+            rep.error(f"flow id {key[0]} cat {key[1]!r}: end without a start")
+        if not pts["f"]:
+            # Harmless (Perfetto draws nothing): the GPU side of a launch can fall outside a
+            # capture window or a size cap.
+            rep.warn(f"flow id {key[0]} cat {key[1]!r}: start without an end")
+        if len(pts["s"]) > 1 or len(pts["f"]) > 1:
+            rep.warn(f"flow id {key[0]} cat {key[1]!r}: id reused "
+                     f"({len(pts['s'])} starts, {len(pts['f'])} ends)")
+        for ph in "stf":
+            for r in pts[ph]:
+                if not inside((r["pid"], r["tid"]), r["ts"]):
+                    rep.error(f"event {r['i']}: flow {ph} at {r['ts']} ns is not inside any "
+                              f"slice of track pid {r['pid']} tid {r['tid']}")
+        if pts["s"] and pts["f"]:
+            nflows += 1
+            if pts["f"][0]["ts"] < pts["s"][0]["ts"]:
+                rep.warn(f"flow id {key[0]}: ends before it starts")
+
+    # Names for everything that has events.
+    for pid in sorted(used_pids):
+        if pid not in proc_names:
+            rep.error(f"process {pid} has events but no process_name M event")
+    for track in sorted(used_tracks):
+        if track not in thread_names:
+            rep.error(f"track pid {track[0]} tid {track[1]} has slices but no thread_name M event")
+
+    summary.update({
+        "events": len(parsed),
+        "slices": sum(len(v) for v in slices.values()),
+        "tracks": len(slices),
+        "flows": nflows,
+        "processes": proc_names,
+        "process_sort_index": proc_sort,
+        "threads": {f"{k[0]}/{k[1]}": v for k, v in thread_names.items()},
+        "thread_sort_index": {f"{k[0]}/{k[1]}": v for k, v in thread_sort.items()},
+        "counters": {f"{k[0]}/{k[1]}": len(v) for k, v in counters.items()},
+        "max_depth": max_depth,
+    })
+    summary["_parsed"] = parsed
+    summary["_counters"] = counters
+    return summary
+
+
+def check_expectations(summary, exp, rep):
+    if "truncated" in exp and bool(exp["truncated"]) != summary["truncated"]:
+        rep.error(f"expected truncated={exp['truncated']}, got {summary['truncated']}")
+    meta = summary["metadata"] or {}
+    for k, v in exp.get("metadata", {}).items():
+        if meta.get(k) != v:
+            rep.error(f"metadata.{k}: expected {v!r}, got {meta.get(k)!r}")
+    for k in exp.get("metadata_keys", []):
+        if k not in meta:
+            rep.error(f"metadata.{k} missing")
+    for n in exp.get("processes", []):
+        if n not in summary["processes"].values():
+            rep.error(f"no process named {n!r}")
+    for n in exp.get("threads", []):
+        if n not in summary["threads"].values():
+            rep.error(f"no thread named {n!r}")
+    if summary["events"] < exp.get("min_events", 0):
+        rep.error(f"{summary['events']} events, expected at least {exp['min_events']}")
+    for sx in exp.get("slices", []):
+        n = 0
+        for r in summary["_parsed"]:
+            if r["ph"] not in "XB":
+                continue
+            if "name" in sx and r["name"] != sx["name"]:
+                continue
+            if "name_re" in sx and not re.search(sx["name_re"], r["name"] or ""):
+                continue
+            if "cat" in sx and r["cat"] != sx["cat"]:
+                continue
+            if "pid" in sx and r["pid"] != sx["pid"]:
+                continue
+            if "tid" in sx and r["tid"] != sx["tid"]:
+                continue
+            n += 1
+        if "count" in sx and n != sx["count"]:
+            rep.error(f"slices {sx}: found {n}")
+        if n < sx.get("min_count", 0) or n > sx.get("max_count", n):
+            rep.error(f"slices {sx}: found {n}")
+    for cx in exp.get("counters", []):
+        n = sum(len(v) for (pid, name), v in summary["_counters"].items()
+                if name == cx.get("name", name) and pid == cx.get("pid", pid))
+        if "count" in cx and n != cx["count"]:
+            rep.error(f"counters {cx}: found {n}")
+        if n < cx.get("min_count", 0):
+            rep.error(f"counters {cx}: found {n}")
+    fx = exp.get("flows")
+    if isinstance(fx, int) and summary["flows"] != fx:
+        rep.error(f"{summary['flows']} flows, expected {fx}")
+    elif isinstance(fx, dict):
+        if summary["flows"] < fx.get("min", 0) or summary["flows"] > fx.get("max", summary["flows"]):
+            rep.error(f"{summary['flows']} flows, expected {fx}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("file")
+    ap.add_argument("--expect-json", help="JSON file of expectations (see --help text)")
+    ap.add_argument("--summary", action="store_true", help="print a JSON summary on stdout")
+    args = ap.parse_args(argv)
+    rep = Report()
+    try:
+        summary = validate(args.file, rep)
+    except OSError as e:
+        print(f"validate_trace: {e}", file=sys.stderr)
+        return 2
+    if summary is not None and args.expect_json:
+        with open(args.expect_json) as f:
+            check_expectations(summary, json.load(f), rep)
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    for e in rep.errors:
+        print(f"error: {e}", file=sys.stderr)
+    if summary is not None and args.summary:
+        out = {k: v for k, v in summary.items() if not k.startswith("_")}
+        out["phases"] = dict(out["phases"])
+        out["processes"] = {str(k): v for k, v in out["processes"].items()}
+        out["process_sort_index"] = {str(k): v for k, v in out["process_sort_index"].items()}
+        print(json.dumps(out, indent=1, sort_keys=True))
+    status = "ok" if not rep.errors and summary is not None else "INVALID"
+    if summary is not None:
+        print(f"{args.file}: {status}: {summary['events']} events, {summary['slices']} slices on "
+              f"{summary['tracks']} tracks, {summary['flows']} flows, form {summary['form']}"
+              f"{' (truncated)' if summary['truncated'] else ''}", file=sys.stderr)
+    else:
+        print(f"{args.file}: {status}", file=sys.stderr)
+    return 0 if status == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
