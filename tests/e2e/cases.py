@@ -15,6 +15,9 @@ Two counters depend on what the agent traces (cupti/cbids.c):
                         cuMemAlloc*/cuMemFree*, pinned and stream-ordered memory, not for VMM).
 """
 
+import json
+import os
+
 from expect import Unordered, V
 
 MIB = 1024 * 1024
@@ -461,6 +464,37 @@ def _(f, run, env):
     # Joins: 7 kernels + 2 memory records. API calls: alloc, 7 launches, 2 syncs, free.
     capture(f, run, kernels, streams, {}, NO_MEMSET, [mem(0, 1, 4096, 4096, {"device": 4096})],
             {"runtime": 0, "driver": 9, "unknown": 0}, {"runtime": 0, "driver": 11})
+
+
+@case("child_processes")
+def _(f, run, env):
+    # Three processes used CUDA, so three agents each wrote their own summary: the parent
+    # (the program's pid), a child forked before the parent initialised CUDA, and a child
+    # started with exec after it. Each summary holds exactly its own process's kernels.
+    f.eq("files in GPUPROF_OUTPUT_DIR (one summary per process)", len(run.output_files), 3)
+    by_kernel = {}
+    for name in run.output_files:
+        with open(os.path.join(env["GPUPROF_OUTPUT_DIR"], name), encoding="utf-8") as fh:
+            s = json.load(fh)
+        kernels = s.get("kernels", {}).get("by_name", [])
+        f.eq(f"{name}: kernel names", len(kernels), 1)
+        if kernels:
+            by_kernel[kernels[0]["name"]] = (s, kernels[0])
+    for kname, count, ns, parent in (("_Z10parentWorkv", 4, 3000, True),
+                                     ("_Z9forkChildv", 3, 5000, False),
+                                     ("_Z9execChildv", 2, 7000, False)):
+        if not f.check(kname in by_kernel, f"a summary with the kernels {kname}"):
+            continue
+        s, k = by_kernel[kname]
+        f.eq(f"{kname}: state", s.get("state"), "active")
+        f.eq(f"{kname}: count", k.get("count"), count)
+        f.eq(f"{kname}: gpu_time_ns", k.get("gpu_time_ns"), count * ns)
+        f.eq(f"{kname}: joins", s.get("joins"), {"runtime": 0, "driver": count, "unknown": 0})
+        f.check((s.get("pid") == run.pid) == parent,
+                f"{kname}: written by the {'parent' if parent else 'child'} (pid {s.get('pid')}, "
+                f"program pid {run.pid})")
+    pids = {s.get("pid") for s, _ in by_kernel.values()}
+    f.eq("distinct pids of the summaries", len(pids), 3)
 
 
 def exit_capture(f, run):
