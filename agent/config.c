@@ -262,6 +262,18 @@ static void load_size(const char *var, uint64_t *dst, uint64_t min, uint64_t max
   bad_value(var, v, what, outcome);
 }
 
+/*
+ * The fast unwinder (unw_backtrace) keeps a per-thread trace cache that libunwind frees from a
+ * pthread key destructor taking a mutex; under ThreadSanitizer that destructor runs after
+ * TSan has torn the exiting thread down and crashes in its interceptor (GCC 12, libunwind
+ * 1.6). TSan builds therefore default to the step-by-step unwinder, which has no such cache.
+ */
+#ifdef __SANITIZE_THREAD__
+#define UNWIND_DEFAULT_SAFE 1
+#else
+#define UNWIND_DEFAULT_SAFE 0
+#endif
+
 static int load_enum(const char *var, const char *const *names, int n, int def, const char *what)
 {
   const char *v = env(var);
@@ -407,7 +419,7 @@ static void load_stacks(struct config *cfg)
   load_size("GPUPROF_STACK_TABLE_SIZE", &cfg->stack_table_size, 64ull << 10, 4ull << 30,
             "a size between 64K and 4G (e.g. 32M)");
   cfg->stack_unwind_safe =
-      load_enum("GPUPROF_STACK_UNWIND", unwind_modes, 2, 0, "one of fast, safe");
+      load_enum("GPUPROF_STACK_UNWIND", unwind_modes, 2, UNWIND_DEFAULT_SAFE, "one of fast, safe");
   v = env("GPUPROF_STACK_PYTHON");
   if (v && config_parse_bool(v, &cfg->stack_python)) {
     cfg->stack_python = 1;
