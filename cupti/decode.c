@@ -16,17 +16,24 @@ static void check_timing(struct event *ev)
     ev->flags |= EVENT_F_NO_TIMING;
 }
 
+/* The fields every GPU-side record (kernel, memcpy, peer copy, memset) has under the same
+ * names; a macro because the record structs are distinct types. */
+#define DECODE_GPU_COMMON(ev, r)                                                                   \
+  do {                                                                                             \
+    (ev)->start_ns = (r)->start;                                                                   \
+    (ev)->end_ns = (r)->end;                                                                       \
+    (ev)->device = (r)->deviceId;                                                                  \
+    (ev)->context = (r)->contextId;                                                                \
+    (ev)->stream = (r)->streamId;                                                                  \
+    (ev)->corr_id = (r)->correlationId;                                                            \
+    (ev)->graph_id = (r)->graphId;                                                                 \
+    (ev)->graph_node_id = (r)->graphNodeId;                                                        \
+  } while (0)
+
 static void decode_kernel(const CUpti_ActivityKernel10 *r, struct event *ev)
 {
   ev->kind = EVENT_KERNEL;
-  ev->start_ns = r->start;
-  ev->end_ns = r->end;
-  ev->device = r->deviceId;
-  ev->context = r->contextId;
-  ev->stream = r->streamId;
-  ev->corr_id = r->correlationId;
-  ev->graph_id = r->graphId;
-  ev->graph_node_id = r->graphNodeId;
+  DECODE_GPU_COMMON(ev, r);
   ev->u.kernel.name = r->name;
   ev->u.kernel.grid[0] = r->gridX;
   ev->u.kernel.grid[1] = r->gridY;
@@ -43,15 +50,8 @@ static void decode_kernel(const CUpti_ActivityKernel10 *r, struct event *ev)
 static void decode_memcpy(const CUpti_ActivityMemcpy6 *r, struct event *ev)
 {
   ev->kind = EVENT_MEMCPY;
-  ev->start_ns = r->start;
-  ev->end_ns = r->end;
-  ev->device = r->deviceId;
-  ev->context = r->contextId;
-  ev->stream = r->streamId;
-  ev->corr_id = r->correlationId;
+  DECODE_GPU_COMMON(ev, r);
   ev->runtime_corr_id = r->runtimeCorrelationId;
-  ev->graph_id = r->graphId;
-  ev->graph_node_id = r->graphNodeId;
   if (r->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC)
     ev->flags |= EVENT_F_ASYNC;
   ev->u.memcpy.bytes = r->bytes;
@@ -68,14 +68,7 @@ static void decode_peer(const CUpti_ActivityMemcpyPtoP4 *r, struct event *ev)
 {
   ev->kind = EVENT_MEMCPY;
   ev->flags |= EVENT_F_PEER;
-  ev->start_ns = r->start;
-  ev->end_ns = r->end;
-  ev->device = r->deviceId;
-  ev->context = r->contextId;
-  ev->stream = r->streamId;
-  ev->corr_id = r->correlationId;
-  ev->graph_id = r->graphId;
-  ev->graph_node_id = r->graphNodeId;
+  DECODE_GPU_COMMON(ev, r);
   if (r->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC)
     ev->flags |= EVENT_F_ASYNC;
   ev->u.memcpy.bytes = r->bytes;
@@ -91,14 +84,7 @@ static void decode_peer(const CUpti_ActivityMemcpyPtoP4 *r, struct event *ev)
 static void decode_memset(const CUpti_ActivityMemset4 *r, struct event *ev)
 {
   ev->kind = EVENT_MEMSET;
-  ev->start_ns = r->start;
-  ev->end_ns = r->end;
-  ev->device = r->deviceId;
-  ev->context = r->contextId;
-  ev->stream = r->streamId;
-  ev->corr_id = r->correlationId;
-  ev->graph_id = r->graphId;
-  ev->graph_node_id = r->graphNodeId;
+  DECODE_GPU_COMMON(ev, r);
   if (r->flags & CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC)
     ev->flags |= EVENT_F_ASYNC;
   ev->u.memset.bytes = r->bytes;
