@@ -738,13 +738,18 @@ FG_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
   return FG_EXIT(stream_query(hStream, 1));
 }
 
+/* The stream a cuStreamGet* call asks about; its output pointer must not be NULL. */
+static CUresult stream_for_getter(CUstream h, const void *out, struct fg_stream **s)
+{
+  CUresult r = fg_stream_resolve(h, 0, s);
+  return r == CUDA_SUCCESS && !out ? CUDA_ERROR_INVALID_VALUE : r;
+}
+
 FG_API CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId)
 {
   FG_ENTER(cuStreamGetId, NULL, hStream, streamId);
   struct fg_stream *s;
-  CUresult r = fg_stream_resolve(hStream, 0, &s);
-  if (r == CUDA_SUCCESS && !streamId)
-    r = CUDA_ERROR_INVALID_VALUE;
+  CUresult r = stream_for_getter(hStream, streamId, &s);
   if (r == CUDA_SUCCESS)
     *streamId = s->id;
   return FG_EXIT(r);
@@ -754,9 +759,7 @@ FG_API CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
   FG_ENTER(cuStreamGetCtx, NULL, hStream, pctx);
   struct fg_stream *s;
-  CUresult r = fg_stream_resolve(hStream, 0, &s);
-  if (r == CUDA_SUCCESS && !pctx)
-    r = CUDA_ERROR_INVALID_VALUE;
+  CUresult r = stream_for_getter(hStream, pctx, &s);
   if (r == CUDA_SUCCESS)
     *pctx = (CUcontext)s->ctx;
   return FG_EXIT(r);
@@ -766,9 +769,7 @@ FG_API CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority)
 {
   FG_ENTER(cuStreamGetPriority, NULL, hStream, priority);
   struct fg_stream *s;
-  CUresult r = fg_stream_resolve(hStream, 0, &s);
-  if (r == CUDA_SUCCESS && !priority)
-    r = CUDA_ERROR_INVALID_VALUE;
+  CUresult r = stream_for_getter(hStream, priority, &s);
   if (r == CUDA_SUCCESS)
     *priority = s->priority;
   return FG_EXIT(r);
@@ -778,9 +779,7 @@ FG_API CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
   FG_ENTER(cuStreamGetFlags, NULL, hStream, flags);
   struct fg_stream *s;
-  CUresult r = fg_stream_resolve(hStream, 0, &s);
-  if (r == CUDA_SUCCESS && !flags)
-    r = CUDA_ERROR_INVALID_VALUE;
+  CUresult r = stream_for_getter(hStream, flags, &s);
   if (r == CUDA_SUCCESS)
     *flags = s->flags;
   return FG_EXIT(r);
