@@ -446,13 +446,15 @@ static uint64_t duration(const struct event *ev)
   return ev->flags & EVENT_F_NO_TIMING ? 0 : ev->end_ns - ev->start_ns;
 }
 
-void aggregate_event(struct aggregate *a, const struct event *ev)
+int aggregate_event(struct aggregate *a, const struct event *ev, struct corr_info *api_out)
 {
   struct agg_totals *t = &a->totals;
   const char *api;
   struct agg_kernel *k;
   struct agg_stream *s;
   struct corr_info info;
+
+  memset(&info, 0, sizeof(info));
 
   pthread_mutex_lock(&a->lock);
   switch (ev->kind) {
@@ -526,6 +528,9 @@ void aggregate_event(struct aggregate *a, const struct event *ev)
     break;
   }
   pthread_mutex_unlock(&a->lock);
+  if (api_out)
+    *api_out = info;
+  return info.corr_id != 0;
 }
 
 /* ---- sorted views ---- */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/corr.h"
 #include "agent/event.h"
 
 struct corr_table;
@@ -78,8 +79,10 @@ struct aggregate;
 struct aggregate *aggregate_new(struct corr_table *corr);
 void aggregate_free(struct aggregate *a);
 
-/* Joins ev through the correlation table and adds it to the counters. */
-void aggregate_event(struct aggregate *a, const struct event *ev);
+/* Joins ev through the correlation table and adds it to the counters. Returns 1 and fills
+ * *api_out (may be NULL) with the API call that caused ev when the join succeeded, else 0
+ * (not a joinable kind, or the call is unknown) with *api_out zeroed. */
+int aggregate_event(struct aggregate *a, const struct event *ev, struct corr_info *api_out);
 
 void aggregate_lock(struct aggregate *a);
 void aggregate_unlock(struct aggregate *a);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "agent/aggregate.h"
+#include "agent/corr.h"
 #include "agent/util/clock.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
@@ -38,6 +39,8 @@ static struct {
   struct buffer_pool *pool;
   struct aggregate *agg;
   uint64_t flush_interval_ns;
+  struct worker_consumer consumers[WORKER_MAX_CONSUMERS];
+  unsigned n_consumers;
 } w = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -50,7 +53,29 @@ static struct {
 
 static void on_event(const struct event *ev, void *arg)
 {
-  aggregate_event(arg, ev);
+  struct corr_info api;
+  int joined = aggregate_event(arg, ev, &api);
+
+  for (unsigned i = 0; i < w.n_consumers; i++)
+    if (w.consumers[i].event)
+      w.consumers[i].event(w.consumers[i].arg, ev, joined ? &api : NULL);
+}
+
+static void tick_consumers(void)
+{
+  uint64_t now = clock_realtime_ns();
+
+  for (unsigned i = 0; i < w.n_consumers; i++)
+    if (w.consumers[i].tick)
+      w.consumers[i].tick(w.consumers[i].arg, now);
+}
+
+int worker_add_consumer(const struct worker_consumer *c)
+{
+  if (w.n_consumers == WORKER_MAX_CONSUMERS)
+    return -ENOSPC;
+  w.consumers[w.n_consumers++] = *c;
+  return 0;
 }
 
 static void process(struct item *it)
@@ -80,22 +105,28 @@ static void *worker_main(void *arg)
   pthread_mutex_lock(&w.lock);
   for (;;) {
     unsigned n = 0;
-    int do_flush;
+    int do_flush, due;
 
-    while (!w.stop && w.count == 0) {
-      if (w.flush_enabled && clock_monotonic_ns() >= next_flush)
-        break;
+    /* Wakes for work, stop, or the flush interval (then flushes if enabled, and ticks). */
+    while (!w.stop && w.count == 0 && clock_monotonic_ns() < next_flush) {
       struct timespec ts = clock_ns_to_timespec(next_flush);
       pthread_cond_timedwait(&w.wake, &w.lock, &ts);
     }
+    due = clock_monotonic_ns() >= next_flush;
+    if (due)
+      next_flush = clock_monotonic_ns() + w.flush_interval_ns;
     while (w.count) {
       w.batch[n++] = w.queue[w.head];
       w.head = (w.head + 1) % w.cap;
       w.count--;
     }
-    if (w.stop && n == 0)
+    if (w.stop && n == 0) {
+      pthread_mutex_unlock(&w.lock);
+      tick_consumers();
+      pthread_mutex_lock(&w.lock);
       break;
-    do_flush = w.flush_enabled && !w.stop && clock_monotonic_ns() >= next_flush;
+    }
+    do_flush = w.flush_enabled && !w.stop && due;
     w.flushing = do_flush;
     pthread_mutex_unlock(&w.lock);
 
@@ -106,8 +137,8 @@ static void *worker_main(void *arg)
        * worker_submit, possibly on this very thread (the mutex is not held here). */
       cupti_fn.ActivityFlushAll(0);
       ADD(flushes, 1);
-      next_flush = clock_monotonic_ns() + w.flush_interval_ns;
     }
+    tick_consumers();
 
     pthread_mutex_lock(&w.lock);
     if (do_flush) {

@@ -7,6 +7,28 @@
 
 struct aggregate;
 struct buffer_pool;
+struct corr_info;
+struct event;
+
+/*
+ * A consumer of decoded events besides the summary's aggregate (pprof windows, a trace
+ * capture). Both functions run on the worker thread only, so a consumer needs no lock for
+ * state only they touch. `event` gets every decoded event after the aggregate joined it:
+ * `api` is the API call that caused it, or NULL (not joinable, or the call is unknown).
+ * `tick` runs after every batch and at least every flush interval (and once more when the
+ * worker stops), with the current CLOCK_REALTIME time: windows and capture deadlines.
+ * Either may be NULL.
+ */
+struct worker_consumer {
+  void (*event)(void *arg, const struct event *ev, const struct corr_info *api);
+  void (*tick)(void *arg, uint64_t now_ns);
+  void *arg;
+};
+
+#define WORKER_MAX_CONSUMERS 4
+
+/* Before worker_start only. 0, or -ENOSPC when WORKER_MAX_CONSUMERS are registered. */
+int worker_add_consumer(const struct worker_consumer *c);
 
 struct worker_stats {
   uint64_t buffers;         /* completed buffers processed */

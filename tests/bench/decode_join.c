@@ -70,7 +70,7 @@ static void *append(struct buffer *bufs, size_t *n, size_t size)
 
 static void on_event(const struct event *ev, void *arg)
 {
-  aggregate_event(arg, ev);
+  aggregate_event(arg, ev, NULL);
 }
 
 static void on_event_discard(const struct event *ev, void *arg)

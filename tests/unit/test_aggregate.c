@@ -65,13 +65,13 @@ static void test_join_and_sort(void)
   call(t, 11, CORR_DOMAIN_RUNTIME, "cudaMemcpy_v3020");
 
   ev = kernel("_Z1bv", 1, 100, 200, 7);
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
   ev = kernel("_Z1bv", 2, 300, 400, 7);
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
   ev = kernel("_Z1av", 3, 500, 700, 9);
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
   ev = kernel("_Z1cv", 55, 0, 0, 7); /* unknown call, no timing */
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
 
   /* A memcpy joins by its runtime id when that call is known, else by the driver one. */
   ev = (struct event){.kind = EVENT_MEMCPY,
@@ -83,10 +83,10 @@ static void test_join_and_sort(void)
                       .runtime_corr_id = 11};
   ev.u.memcpy.copy_kind = EVENT_COPY_HTOD;
   ev.u.memcpy.bytes = 4096;
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
   ev.runtime_corr_id = 999;
   ev.u.memcpy.copy_kind = EVENT_COPY_DTOH;
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
 
   aggregate_lock(a);
   const struct agg_totals *tt = aggregate_totals(a);

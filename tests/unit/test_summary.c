@@ -64,11 +64,11 @@ static void test_active_layout(void)
   config_defaults(&cfg);
   corr_table_enter(t, &ci);
   ev.u.kernel.name = "_Z6addOnePfi";
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
   ev.kind = EVENT_MEMCPY;
   ev.u.memcpy.copy_kind = EVENT_COPY_DTOH;
   ev.u.memcpy.bytes = 4096;
-  aggregate_event(a, &ev);
+  aggregate_event(a, &ev, NULL);
   alloc_map_insert(m, ALLOC_SPACE_VA, 0x1000, &ai);
   alloc_map_remove(m, ALLOC_SPACE_VA, 0x1000, NULL);
   alloc_map_remove(m, ALLOC_SPACE_VA, 0x2000, NULL);

@@ -1,0 +1,50 @@
+/* Trace captures: a time-boxed Perfetto timeline of this process, started on demand. */
+#ifndef GPUPROF_AGENT_CAPTURE_H
+#define GPUPROF_AGENT_CAPTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/config.h"
+
+#define CAPTURE_DEFAULT_DURATION_NS (60ull * 1000000000ull)
+#define CAPTURE_MAX_FILES 4
+
+/* What a caller (control socket, GPUPROF_CAPTURE_ON_START, signal, public API) asks for. */
+struct capture_params {
+  uint64_t duration_ns; /* 0: CAPTURE_DEFAULT_DURATION_NS */
+  int gpu_only;         /* -1: the configured GPUPROF_GPU_ONLY, else 0 or 1 */
+  int format;           /* -1: the configured GPUPROF_TRACE_FORMAT, else enum config_trace_format */
+  char output_dir[CONFIG_PATH_MAX]; /* "": the configured GPUPROF_OUTPUT_DIR */
+};
+
+enum capture_state {
+  CAPTURE_IDLE = 0, /* none yet, or the last one finished (see last_*) */
+  CAPTURE_RUNNING,
+};
+
+struct capture_status {
+  enum capture_state state;
+  uint64_t id;                     /* increments per capture started; 0: none yet */
+  int gpu_only;
+  uint64_t started_ns, ends_ns;    /* CLOCK_REALTIME; of the running or the last capture */
+  uint64_t events, bytes;          /* written so far / in total */
+  uint64_t dropped;                /* events lost (records dropped, size cap) */
+  int last_error;                  /* 0, or the negative errno the last capture ended with */
+  size_t n_files;                  /* files written by the last finished capture */
+  char files[CAPTURE_MAX_FILES][CONFIG_PATH_MAX];
+};
+
+/*
+ * Starts a capture. 0; -EBUSY while one runs; -EINVAL for bad parameters; another negative
+ * errno (e.g. the output directory cannot be written) with a one-line reason in err. Safe
+ * from any thread except inside a CUPTI callback.
+ */
+int capture_start(const struct capture_params *p, char *err, size_t err_len);
+
+/* Ends the running capture now (its file is finished and listed in the status). 0 or -ENOENT. */
+int capture_stop(void);
+
+void capture_get_status(struct capture_status *out);
+
+#endif
