@@ -1,0 +1,676 @@
+#!/usr/bin/env python3
+"""Runs the samples under the gpuprof agent in each mode and checks what the outputs show.
+
+Called by scripts/gpu-verify.sh (which builds, finds the GPU or the simulator, and sets the
+library path); usable alone:
+
+    verify_samples.py --build BUILD_DIR --work DIR [--simulator] [--samples a,b] [--modes m,n]
+                      [--launches N] [--repeat K] [--require summary,pprof,trace] [--json FILE]
+
+For every sample in samples/expectations.json and every mode it runs the sample with
+`gpuprof run` and checks the agent's outputs against the sample's stated properties:
+
+  continuous  GPUPROF_MODE=continuous, GPUPROF_WINDOW=1s: the exit summary (docs/SUMMARY.md)
+              and the pprof windows (<output>/gpuprof-<host>-<pid>-<kind>-<start>.pb.gz)
+  capture     plus GPUPROF_CAPTURE_ON_START=60s: a trace of the whole run
+              (gpuprof-<host>-<pid>-<ts>-capture.json.gz), validated by
+              tests/trace/validate_trace.py, then its slices counted
+  gpu-only    plus GPUPROF_GPU_ONLY=1: the same trace without API calls; checks marked
+              "gpu_only": false (they need API callbacks or stacks) are left out, and the
+              trace must hold no API slices
+
+then measures overhead: samples/launch_loop run --repeat times without and with the agent
+(continuous mode), median wall time of its loop, slowdown in percent.
+
+Check kinds (fields of a check in expectations.json; numbers may be "{launches}" or
+"{launches+1}"):
+  summary:  kernel {name, count, streams?, api?, devices?}; kernel_match {name_re, count? |
+            at_least?, devices?}; kernels_total {count? | at_least?}; distinct_streams {names};
+            stream_kernels {name_count, kernels_each}; memcpy {direction, count, bytes |
+            absent}; memset {count, bytes}; memory {device, allocs?, frees?, bytes_allocated?,
+            bytes_freed?, in_use?, peak_in_use?, by_kind?, allocs_at_least?,
+            in_use_at_least?}; in_use_stack {rank, function_re, bytes?, allocations?};
+            losses_zero
+  pprof:    pprof_total {profile, sample_type[], value | value_at_least} summed over windows;
+            pprof_inuse {profile, sample_type[], value | value_at_least, top_function_re?} of
+            the last window; pprof_leaf {profile, sample_type[], leaf_re, value} summed over
+            windows for samples whose leaf frame matches
+  trace:    trace_kernel {name, count}; trace_kernel_match {name_re, count | at_least};
+            trace_memcpy {direction, count, bytes}; trace_memset {count, bytes};
+            trace_graph {names, graphs, nodes}; trace_api_threads {name_re, threads};
+            trace_gpu_tracks {min_streams}; trace_memory_counter {max_at_least}
+
+A result is PASS, FAIL, N/A (the agent produced no output of that kind at all: the feature is
+missing from this build; a failure when the feature is in --require) or SKIP (the sample cannot
+run here: one GPU for NCCL, no torch). Exit status: 0 when nothing failed, 1 otherwise, 2 on
+usage errors.
+"""
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODES = ("continuous", "capture", "gpu-only")
+RUN_TIMEOUT_S = 300  # a hang guard for one sample run, not a performance limit
+API_NAME = re.compile(r"^(cuda|cu[A-Z]|__cuda|nccl)")
+LOUD = "!!"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the outputs
+
+
+def load_summary(outdir):
+    files = sorted(glob.glob(os.path.join(outdir, "gpuprof-*-summary.json")))
+    if not files:
+        return None, "no gpuprof-*-summary.json in " + outdir
+    if len(files) > 1:
+        return None, f"{len(files)} summaries in {outdir} (one process expected)"
+    try:
+        with open(files[0]) as f:
+            return json.load(f), None
+    except (OSError, ValueError) as e:
+        return None, f"{files[0]}: {e}"
+
+
+class PprofReader:
+    """Decodes pprof files with python3-protobuf and the project's own profile.proto."""
+
+    def __init__(self, workdir):
+        self.error = None
+        self.mod = None
+        proto_dir = os.path.join(ROOT, "export", "proto")
+        out = os.path.join(workdir, "pyproto")
+        os.makedirs(out, exist_ok=True)
+        protoc = shutil.which("protoc")
+        if not protoc:
+            self.error = "protoc not found (Debian package protobuf-compiler)"
+            return
+        r = subprocess.run([protoc, f"--proto_path={proto_dir}", f"--python_out={out}",
+                            "profile.proto"], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.error = "protoc --python_out failed: " + r.stderr.strip()
+            return
+        sys.path.insert(0, out)
+        try:
+            import profile_pb2  # noqa: E402  (generated just above)
+        except ImportError as e:
+            self.error = (f"cannot import the generated pprof module ({e}); this checker needs "
+                          "python3-protobuf: run it with /usr/bin/python3 on Debian")
+            return
+        self.mod = profile_pb2
+
+    def read(self, path):
+        with open(path, "rb") as f:
+            raw = f.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        p = self.mod.Profile()
+        p.ParseFromString(raw)
+        return p
+
+
+def pprof_files(outdir, profile):
+    """Window files of one kind, oldest window first (the name ends in the window start)."""
+    # The window start is a UTC time like 20261121T194038Z (or a number): both sort as text
+    # of one length.
+    pat = re.compile(r"^gpuprof-.+-(\d+)-" + re.escape(profile) + r"-([0-9A-Z]+)\.pb\.gz$")
+    found = []
+    for name in os.listdir(outdir) if os.path.isdir(outdir) else []:
+        m = pat.match(name)
+        if m:
+            found.append((m.group(2), os.path.join(outdir, name)))
+    return [p for _, p in sorted(found)]
+
+
+def pprof_index(p, sample_types):
+    names = [p.string_table[st.type] for st in p.sample_type]
+    for want in sample_types:
+        if want in names:
+            return names.index(want), names
+    return None, names
+
+
+def pprof_frames(p, sample):
+    """Function names of a sample's stack, leaf first."""
+    locs = {loc.id: loc for loc in p.location}
+    funcs = {fn.id: fn for fn in p.function}
+    frames = []
+    for lid in sample.location_id:
+        loc = locs.get(lid)
+        if loc is None:
+            frames.append("?")
+            continue
+        for line in loc.line:  # inlined frames come first within a location
+            fn = funcs.get(line.function_id)
+            frames.append(p.string_table[fn.name] if fn else "?")
+    return frames
+
+
+def trace_files(outdir):
+    return sorted(glob.glob(os.path.join(outdir, "gpuprof-*-capture.json*")) +
+                  glob.glob(os.path.join(outdir, "gpuprof-*-capture.pftrace")))
+
+
+def load_trace(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    doc = json.loads(raw)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+class Trace:
+    """The slices of a JSON trace, split into the host process and the GPU processes."""
+
+    def __init__(self, events):
+        self.proc_names = {}
+        for e in events:
+            if e.get("ph") == "M" and e.get("name") == "process_name":
+                self.proc_names[e.get("pid")] = e.get("args", {}).get("name", "")
+        self.gpu_pids = {pid for pid, n in self.proc_names.items() if n.startswith("GPU ")}
+        self.thread_names = {}
+        for e in events:
+            if e.get("ph") == "M" and e.get("name") == "thread_name":
+                self.thread_names[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
+        self.gpu = [e for e in events if e.get("ph") == "X" and e.get("pid") in self.gpu_pids]
+        self.host = [e for e in events if e.get("ph") == "X" and e.get("pid") not in self.gpu_pids]
+        self.counters = [e for e in events if e.get("ph") == "C"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+
+
+def expand(v, ctx):
+    if isinstance(v, str) and v.startswith("{") and v.endswith("}"):
+        expr = v[1:-1]
+        if expr == "launches":
+            return ctx["launches"]
+        if expr == "launches+1":
+            return ctx["launches"] + 1
+    return v
+
+
+class Outcome:
+    def __init__(self):
+        self.items = []  # (status, text)
+
+    def add(self, status, text):
+        self.items.append((status, text))
+
+    def eq(self, what, got, want):
+        self.add("PASS" if got == want else "FAIL", f"{what}: {got!r}" +
+                 ("" if got == want else f", expected {want!r}"))
+
+    def at_least(self, what, got, want):
+        ok = got is not None and got >= want
+        self.add("PASS" if ok else "FAIL", f"{what}: {got!r}" + ("" if ok else f", expected >= {want!r}"))
+
+
+def kernels_by_name(s):
+    return {k["name"]: k for k in s.get("kernels", {}).get("by_name", [])}
+
+
+def check_summary(c, s, o, ctx):
+    kind = c["kind"]
+    g = lambda k: expand(c.get(k), ctx)  # noqa: E731
+    if kind == "kernel":
+        k = kernels_by_name(s).get(c["name"])
+        if k is None:
+            o.add("FAIL", f"kernel {c['name']}: not in the summary (kernels: "
+                  f"{sorted(kernels_by_name(s))[:8]})")
+            return
+        o.eq(f"kernel {c['name']} count", k["count"], g("count"))
+        if "streams" in c:
+            o.eq(f"kernel {c['name']} distinct streams", len(k.get("streams", [])), c["streams"])
+        if "api" in c and ctx["mode"] != "gpu-only":
+            o.eq(f"kernel {c['name']} joined APIs", k.get("apis"), {c["api"]: g("count")})
+        if "devices" in c:
+            o.eq(f"kernel {c['name']} devices", sorted(k.get("devices", [])), c["devices"])
+    elif kind == "kernel_match":
+        rx = re.compile(c["name_re"])
+        ks = [k for k in s.get("kernels", {}).get("by_name", []) if rx.search(k["name"])]
+        total = sum(k["count"] for k in ks)
+        if "count" in c:
+            o.eq(f"kernels matching /{c['name_re']}/", total, g("count"))
+        if "at_least" in c:
+            o.at_least(f"kernels matching /{c['name_re']}/", total, g("at_least"))
+        if "devices" in c:
+            devs = sorted({d for k in ks for d in k.get("devices", [])})
+            o.eq(f"devices of kernels matching /{c['name_re']}/", devs, c["devices"])
+    elif kind == "kernels_total":
+        n = s.get("kernels", {}).get("count")
+        if "count" in c:
+            o.eq("kernels in all", n, g("count"))
+        if "at_least" in c:
+            o.at_least("kernels in all", n, g("at_least"))
+    elif kind == "distinct_streams":
+        ks = kernels_by_name(s)
+        streams = [tuple(ks[n]["streams"][0]) for n in c["names"] if n in ks and ks[n]["streams"]]
+        o.eq(f"distinct streams of {len(c['names'])} kernels", len(set(streams)), len(c["names"]))
+    elif kind == "stream_kernels":
+        per = sorted(st["kernels"] for st in s.get("streams", []) if st.get("kernels"))
+        o.eq("kernels per stream", per, [c["kernels_each"]] * c["name_count"])
+    elif kind == "memcpy":
+        m = s.get("memcpy", {}).get(c["direction"])
+        if c.get("absent"):
+            o.eq(f"memcpy {c['direction']}", m, None)
+            return
+        got = (m or {}).get("count"), (m or {}).get("bytes")
+        o.eq(f"memcpy {c['direction']} (count, bytes)", got, (g("count"), g("bytes")))
+    elif kind == "memset":
+        m = s.get("memset", {})
+        o.eq("memset (count, bytes)", (m.get("count"), m.get("bytes")), (g("count"), g("bytes")))
+    elif kind == "memory":
+        ent = next((m for m in s.get("memory", []) if m.get("device") == c["device"]), None)
+        if ent is None:
+            o.add("FAIL", f"memory of device {c['device']}: no entry in the summary")
+            return
+        for key in ("allocs", "frees", "bytes_allocated", "bytes_freed", "in_use", "peak_in_use",
+                    "by_kind"):
+            if key in c:
+                o.eq(f"memory device {c['device']} {key}", ent.get(key), g(key))
+        if "allocs_at_least" in c:
+            o.at_least(f"memory device {c['device']} allocs", ent.get("allocs"), c["allocs_at_least"])
+        if "in_use_at_least" in c:
+            o.at_least(f"memory device {c['device']} in_use", ent.get("in_use"), c["in_use_at_least"])
+    elif kind == "in_use_stack":
+        stacks = s.get("stacks", {}).get("by_memory_in_use", [])
+        rank = c.get("rank", 1)
+        if len(stacks) < rank:
+            o.add("FAIL", f"in-use stack #{rank}: the summary lists {len(stacks)} in-use stacks")
+            return
+        st = stacks[rank - 1]
+        names = [f.get("function", f.get("kernel", "?")) for f in st.get("frames", [])]
+        rx = re.compile(c["function_re"])
+        hit = any(rx.search(n) for n in names)
+        o.add("PASS" if hit else "FAIL", f"in-use stack #{rank} has a frame matching "
+              f"/{c['function_re']}/" + ("" if hit else f": frames {names[:10]}"))
+        if "bytes" in c:
+            o.eq(f"in-use stack #{rank} bytes", st.get("bytes"), c["bytes"])
+        if "allocations" in c:
+            o.eq(f"in-use stack #{rank} allocations", st.get("allocations"), c["allocations"])
+    elif kind == "losses_zero":
+        losses = {k: v for k, v in s.get("losses", {}).items() if v}
+        o.eq("losses (non-zero counters)", losses, {})
+    else:
+        o.add("FAIL", f"unknown summary check kind {kind!r} in expectations.json")
+
+
+def check_pprof(c, outdir, reader, o, ctx):
+    files = pprof_files(outdir, c["profile"])
+    label = f"pprof {c['profile']}"
+    if not files:
+        o.add("N/A", f"{label}: no gpuprof-*-{c['profile']}-*.pb.gz written")
+        return
+    if reader.mod is None:
+        o.add("N/A", f"{label}: {len(files)} files, but no reader: {reader.error}")
+        return
+    profiles = []
+    for f in files:
+        try:
+            profiles.append(reader.read(f))
+        except Exception as e:  # a broken file is a failure of the agent
+            o.add("FAIL", f"{label}: {os.path.basename(f)} does not decode: {e}")
+            return
+    for p in profiles:
+        if not p.string_table or p.string_table[0] != "":
+            o.add("FAIL", f"{label}: string_table[0] is not empty")
+            return
+    want = expand(c.get("value"), ctx)
+    kind = c["kind"]
+    if kind in ("pprof_total", "pprof_leaf"):
+        total, found = 0, False
+        rx = re.compile(c["leaf_re"]) if kind == "pprof_leaf" else None
+        for p in profiles:
+            idx, names = pprof_index(p, c["sample_type"])
+            if idx is None:
+                continue
+            found = True
+            for smp in p.sample:
+                if rx:
+                    fr = pprof_frames(p, smp)
+                    if not fr or not rx.search(fr[0]):
+                        continue
+                total += smp.value[idx]
+        if not found:
+            o.add("FAIL", f"{label}: no sample type {c['sample_type']} (has {names})")
+            return
+        what = f"{label} {c['sample_type'][0]}" + (f" with leaf /{c['leaf_re']}/" if rx else "") \
+            + f" over {len(profiles)} windows"
+        if want is not None:
+            o.eq(what, total, want)
+        else:
+            o.at_least(what, total, c["value_at_least"])
+    elif kind == "pprof_inuse":
+        p = profiles[-1]
+        idx, names = pprof_index(p, c["sample_type"])
+        if idx is None:
+            o.add("FAIL", f"{label}: no sample type {c['sample_type']} (has {names})")
+            return
+        total = sum(smp.value[idx] for smp in p.sample)
+        what = f"{label} {c['sample_type'][0]} in the last window"
+        if want is not None:
+            o.eq(what, total, want)
+        else:
+            o.at_least(what, total, c["value_at_least"])
+        if "top_function_re" in c and p.sample:
+            top = max(p.sample, key=lambda smp: smp.value[idx])
+            fr = pprof_frames(p, top)
+            rx = re.compile(c["top_function_re"])
+            hit = any(rx.search(n) for n in fr)
+            o.add("PASS" if hit else "FAIL", f"{label}: the top in-use stack has a frame matching "
+                  f"/{c['top_function_re']}/" + ("" if hit else f": {fr[:10]}"))
+    else:
+        o.add("FAIL", f"unknown pprof check kind {kind!r}")
+
+
+def check_trace(c, t, o, ctx):
+    kind = c["kind"]
+    g = lambda k: expand(c.get(k), ctx)  # noqa: E731
+    if kind == "trace_kernel":
+        n = sum(1 for e in t.gpu if e.get("name") == c["name"])
+        o.eq(f"trace: slices of kernel {c['name']}", n, g("count"))
+    elif kind == "trace_kernel_match":
+        rx = re.compile(c["name_re"])
+        n = sum(1 for e in t.gpu if rx.search(e.get("name", "")))
+        if "count" in c:
+            o.eq(f"trace: kernel slices matching /{c['name_re']}/", n, g("count"))
+        else:
+            o.at_least(f"trace: kernel slices matching /{c['name_re']}/", n, g("at_least"))
+    elif kind in ("trace_memcpy", "trace_memset"):
+        if kind == "trace_memcpy":
+            rx = re.compile(r"^Memcpy " + re.escape(c["direction"]) + r"\b")
+            what = f"trace: Memcpy {c['direction']} (count, bytes)"
+        else:
+            rx = re.compile(r"^Memset\b")
+            what = "trace: Memset (count, bytes)"
+        sl = [e for e in t.gpu if rx.search(e.get("name", ""))]
+        o.eq(what, (len(sl), sum(int(e.get("args", {}).get("bytes", 0)) for e in sl)),
+             (g("count"), g("bytes")))
+    elif kind == "trace_graph":
+        sl = [e for e in t.gpu if e.get("name") in c["names"]]
+        missing = sum(1 for e in sl if "graph_id" not in e.get("args", {}))
+        o.eq("trace: graph kernels without graph_id", missing, 0)
+        o.eq("trace: distinct graph ids", len({e["args"].get("graph_id") for e in sl
+                                               if "graph_id" in e.get("args", {})}), c["graphs"])
+        o.eq("trace: distinct graph node ids", len({e["args"].get("graph_node_id") for e in sl
+                                                    if "graph_node_id" in e.get("args", {})}),
+             c["nodes"])
+    elif kind == "trace_api_threads":
+        rx = re.compile(c["name_re"])
+        tids = {e.get("tid") for e in t.host if rx.search(e.get("name", ""))}
+        o.eq(f"trace: host threads with API slices /{c['name_re']}/", len(tids), c["threads"])
+    elif kind == "trace_gpu_tracks":
+        tracks = {(e.get("pid"), e.get("tid")) for e in t.gpu}
+        o.at_least("trace: GPU tracks with slices", len(tracks), c["min_streams"])
+    elif kind == "trace_memory_counter":
+        vals = [v for e in t.counters if "memory" in e.get("name", "").lower()
+                for v in e.get("args", {}).values() if isinstance(v, (int, float))]
+        o.at_least("trace: GPU memory counter maximum", max(vals) if vals else None,
+                   c["max_at_least"])
+    else:
+        o.add("FAIL", f"unknown trace check kind {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def run(argv, env, timeout=RUN_TIMEOUT_S):
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, env=env, capture_output=True, timeout=timeout)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = "timeout", e.stdout or b"", e.stderr or b""
+    return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), time.monotonic() - t0
+
+
+def sample_argv(spec, a):
+    subst = {"samples": os.path.join(a.build, "samples"), "source": ROOT,
+             "python": a.python or sys.executable, "launches": str(a.launches)}
+    return [re.sub(r"\{(\w+)\}", lambda m: subst[m.group(1)], x) for x in spec["argv"]]
+
+
+def mode_env(mode, base, outdir, overhead=False):
+    env = dict(base)
+    for k in list(env):
+        if k.startswith("GPUPROF_"):
+            del env[k]  # the verification decides every setting
+    env.update({"GPUPROF_MODE": "continuous", "GPUPROF_WINDOW": "1s", "GPUPROF_LOG": "warn",
+                "GPUPROF_OUTPUT_DIR": outdir, "GPUPROF_TRACE_FORMAT": "json.gz",
+                "GPUPROF_RUN_DIR": os.path.join(outdir, "run")})
+    if not overhead:
+        # A stack for every launch: sampled launches are weighted estimates, and the checks
+        # compare launch counts in the pprof files exactly. The overhead run keeps the default.
+        env["GPUPROF_STACK_SAMPLE_EVERY"] = "1"
+    if mode in ("capture", "gpu-only"):
+        env["GPUPROF_CAPTURE_ON_START"] = "60s"
+    if mode == "gpu-only":
+        env["GPUPROF_GPU_ONLY"] = "1"
+    return env
+
+
+def verify_run(name, spec, mode, a, env_base, reader):
+    """One sample in one mode: returns (status, Outcome, seconds, note)."""
+    ctx = {"mode": mode, "launches": a.launches}
+    outdir = os.path.join(a.work, name, mode)
+    shutil.rmtree(outdir, ignore_errors=True)
+    os.makedirs(outdir)
+    gpuprof = os.path.join(a.build, "bin", "gpuprof")
+    argv = [gpuprof, "run", "--output", outdir, "--"] + sample_argv(spec, a)
+    rc, out, err, secs = run(argv, mode_env(mode, env_base, outdir))
+    with open(os.path.join(outdir, "stdout.txt"), "w") as f:
+        f.write(out)
+    with open(os.path.join(outdir, "stderr.txt"), "w") as f:
+        f.write(err)
+    o = Outcome()
+    if spec.get("skip_stdout") and re.search(spec["skip_stdout"], out, re.M) and rc == 0:
+        line = next(l for l in out.splitlines() if re.search(spec["skip_stdout"], l))
+        return "SKIP", o, secs, line
+    o.eq("exit status", rc, 0)
+    pat = spec.get("stdout_sim" if a.simulator else "stdout_gpu")
+    if pat:
+        pat = pat.replace("{launches}", str(a.launches))
+        o.add("PASS" if re.search(pat, out, re.M) else "FAIL",
+              f"stdout has a line matching /{pat}/" + ("" if re.search(pat, out, re.M)
+                                                       else f": {out[-300:]!r}"))
+    agent_lines = [l for l in err.splitlines() if l.startswith("gpuprof")]
+    o.eq("agent warnings on stderr", agent_lines, [])
+
+    summary, why = load_summary(outdir)
+    checks = []
+    for c in spec["checks"]:
+        if "when_stdout" in c and not re.search(c["when_stdout"], out):
+            continue
+        if mode == "gpu-only" and c.get("gpu_only") is False:
+            continue
+        if "modes" in c and mode not in c["modes"]:
+            continue
+        checks.append(c)
+    if summary is None:
+        o.add("FAIL", "summary: " + why)
+    elif summary.get("state") != "active":
+        o.add("FAIL", f"summary: agent {summary.get('state')}: {summary.get('inactive_reason')}")
+        summary = None
+
+    trace = None
+    if mode != "continuous":
+        tfiles = trace_files(outdir)
+        if not tfiles:
+            o.add("N/A", "trace: no gpuprof-*-capture.* file written (captures missing from "
+                  "this agent build?)")
+        elif len(tfiles) > 1:
+            o.add("FAIL", f"trace: {len(tfiles)} capture files, expected 1: {tfiles}")
+        elif tfiles[0].endswith(".pftrace"):
+            o.add("FAIL", "trace: a .pftrace was written although GPUPROF_TRACE_FORMAT=json.gz")
+        else:
+            v = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "trace",
+                                                             "validate_trace.py"), tfiles[0]],
+                               capture_output=True, text=True)
+            o.add("PASS" if v.returncode == 0 else "FAIL",
+                  f"trace: validate_trace.py {os.path.basename(tfiles[0])}" +
+                  ("" if v.returncode == 0 else ": " + (v.stdout + v.stderr).strip()[-600:]))
+            try:
+                trace = Trace(load_trace(tfiles[0]))
+            except (OSError, ValueError, KeyError) as e:
+                o.add("FAIL", f"trace: cannot read {tfiles[0]}: {e}")
+            if trace is not None and mode == "gpu-only":
+                api = sum(1 for e in trace.host if API_NAME.match(e.get("name", "")))
+                o.eq("trace (GPU-only): API slices", api, 0)
+
+    for c in checks:
+        k = c["kind"]
+        sub = Outcome()
+        if k.startswith("pprof_"):
+            if mode != "continuous":
+                continue
+            check_pprof(c, outdir, reader, sub, ctx)
+        elif k.startswith("trace_"):
+            if trace is None:
+                continue
+            check_trace(c, trace, sub, ctx)
+        else:
+            if summary is None:
+                continue
+            check_summary(c, summary, sub, ctx)
+        for st, text in sub.items:
+            if c.get("informational") and st == "FAIL":
+                st = "INFO"
+            o.add(st, text)
+
+    required = set(a.require)
+    final = []
+    for st, text in o.items:
+        feature = "pprof" if text.startswith("pprof") else "trace" if text.startswith("trace") \
+            else "summary"
+        if st == "N/A" and feature in required:
+            st, text = "FAIL", text + f" [required: --require {feature}]"
+        final.append((st, text))
+    o.items = final
+    sts = {st for st, _ in o.items}
+    status = "FAIL" if "FAIL" in sts else "N/A" if "N/A" in sts else "PASS"
+    return status, o, secs, ""
+
+
+def loop_ms(out):
+    m = re.search(r"launches in ([0-9.]+) ms", out)
+    return float(m.group(1)) if m else None
+
+
+def overhead(a, env_base):
+    """Median loop time of launch_loop without and with the agent (continuous mode)."""
+    prog = os.path.join(a.build, "samples", "launch_loop")
+    gpuprof = os.path.join(a.build, "bin", "gpuprof")
+    outdir = os.path.join(a.work, "overhead")
+    os.makedirs(outdir, exist_ok=True)
+    base_env = {k: v for k, v in env_base.items() if k != "CUDA_INJECTION64_PATH"}
+    with_env = mode_env("continuous", env_base, outdir, overhead=True)
+    without, with_ = [], []
+    for i in range(a.repeat):
+        # Alternate so that drift (clocks, other load) hits both sides alike.
+        for argv, env, into in (([prog, str(a.launches)], base_env, without),
+                                ([gpuprof, "run", "--output", outdir, "--", prog,
+                                  str(a.launches)], with_env, with_)):
+            rc, out, err, _ = run(argv, env)
+            ms = loop_ms(out)
+            if rc != 0 or ms is None:
+                return {"error": f"launch_loop failed (exit {rc}): {err.strip()[-300:]}"}
+            into.append(ms)
+    m0, m1 = statistics.median(without), statistics.median(with_)
+    return {"launches": a.launches, "repeat": a.repeat, "without_ms": without, "with_ms": with_,
+            "median_without_ms": m0, "median_with_ms": m1,
+            "slowdown_pct": (m1 - m0) / m0 * 100.0 if m0 > 0 else None}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True, help="build directory (bin/gpuprof, samples/)")
+    ap.add_argument("--work", required=True, help="scratch directory for outputs")
+    ap.add_argument("--simulator", action="store_true", help="the simulated GPU: no overhead goal")
+    ap.add_argument("--samples", default="", help="comma-separated names (default: all that can run)")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--launches", type=int, default=200000, help="launch_loop's launches")
+    ap.add_argument("--repeat", type=int, default=5, help="overhead runs per side (0: no overhead)")
+    ap.add_argument("--goal", type=float, default=2.0, help="overhead goal in percent (GPU only)")
+    ap.add_argument("--require", default="summary,pprof,trace",
+                    help="features whose absence fails (others are reported N/A)")
+    ap.add_argument("--python", default="", help="python for the PyTorch sample")
+    ap.add_argument("--expectations", default=os.path.join(ROOT, "samples", "expectations.json"))
+    ap.add_argument("--json", default="", help="write all results to this file")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every check")
+    a = ap.parse_args(argv)
+    a.require = [x for x in a.require.split(",") if x]
+    modes = [m for m in a.modes.split(",") if m]
+    if any(m not in MODES for m in modes):
+        ap.error(f"--modes: choose from {','.join(MODES)}")
+    with open(a.expectations) as f:
+        spec = json.load(f)["samples"]
+    names = [n for n in a.samples.split(",") if n] or \
+        [n for n, s in spec.items() if s.get("simulator") or not a.simulator]
+    for n in names:
+        if n not in spec:
+            ap.error(f"--samples: {n} is not in {a.expectations}")
+    os.makedirs(a.work, exist_ok=True)
+    reader = PprofReader(tempfile.mkdtemp(prefix="pyproto-", dir=a.work))
+    env_base = dict(os.environ)
+
+    rows, results, failed = [], [], False
+    for n in names:
+        for mode in modes:
+            status, o, secs, note = verify_run(n, spec[n], mode, a, env_base, reader)
+            counts = {st: sum(1 for s, _ in o.items if s == st) for st in ("PASS", "FAIL", "N/A", "INFO")}
+            rows.append((n, mode, status, counts, secs, note))
+            results.append({"sample": n, "mode": mode, "status": status, "seconds": round(secs, 3),
+                            "note": note, "checks": [{"status": s, "text": t} for s, t in o.items]})
+            failed |= status == "FAIL"
+            for st, text in o.items:
+                if a.verbose or st in ("FAIL", "N/A", "INFO"):
+                    mark = LOUD if st in ("FAIL", "N/A") else "  "
+                    print(f"{mark} {n:14} {mode:10} {st:4}  {text}")
+
+    print()
+    print(f"{'sample':15}{'mode':12}{'result':8}{'checks':>8}{'failed':>8}{'n/a':>6}{'seconds':>9}  note")
+    for n, mode, status, c, secs, note in rows:
+        total = c["PASS"] + c["FAIL"] + c["N/A"]
+        print(f"{n:15}{mode:12}{status:8}{total:>8}{c['FAIL']:>8}{c['N/A']:>6}{secs:>9.2f}  {note}")
+
+    ov = None
+    if a.repeat > 0 and "launch_loop" in spec and os.path.exists(os.path.join(a.build, "samples", "launch_loop")):
+        ov = overhead(a, env_base)
+        print()
+        if "error" in ov:
+            print(f"{LOUD} overhead: {ov['error']}")
+            failed = True
+        else:
+            pct = ov["slowdown_pct"]
+            verdict = "(simulated GPU: no goal)" if a.simulator else \
+                ("meets" if pct <= a.goal else "MISSES") + f" the goal of <= {a.goal:g}%"
+            print(f"overhead: launch_loop {ov['launches']} launches, median of {ov['repeat']}: "
+                  f"{ov['median_without_ms']:.2f} ms without the agent, {ov['median_with_ms']:.2f} ms "
+                  f"with it (continuous): {pct:+.2f}% {verdict}")
+    na = sorted({f"{r['sample']}/{r['mode']}" for r in results if r["status"] == "N/A"})
+    if na:
+        print(f"{LOUD} NOT VERIFIED (outputs this agent build does not produce): {', '.join(na)}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"simulator": a.simulator, "results": results, "overhead": ov}, f, indent=1)
+    print("verify: " + ("FAILED" if failed else "passed" + (" (with N/A items)" if na else "")))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

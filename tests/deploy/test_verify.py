@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Tests of the verification checker (scripts/verify_samples.py) itself: it must fail.
+
+Usage: test_verify.py BUILD_DIR
+
+1. Its trace, pprof-free summary and option logic on synthetic inputs: right values pass,
+   wrong ones fail with a message naming the value.
+2. A real run of the streams and leak samples on the simulated GPU against expectations that
+   are wrong by one (a kernel count, the leaked bytes): the checker exits 1 and names both.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import verify_samples as vs  # noqa: E402
+
+failures = []
+
+
+def expect(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def statuses(o):
+    return [s for s, _ in o.items]
+
+
+def synthetic():
+    ctx = {"mode": "capture", "launches": 10}
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "app"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "GPU 0 (H100)"}},
+    ]
+    for i in range(11):
+        events.append({"ph": "X", "name": "empty_kernel", "pid": 2, "tid": 7, "ts": i, "dur": 1,
+                       "args": {"graph_id": 5, "graph_node_id": 100 + i % 3}})
+    for tid in (11, 12):
+        events.append({"ph": "X", "name": "cudaLaunchKernel", "pid": 1, "tid": tid, "ts": 0, "dur": 1})
+    events.append({"ph": "X", "name": "Memcpy HtoD", "pid": 2, "tid": 7, "ts": 20, "dur": 1,
+                   "args": {"bytes": 4096}})
+    events.append({"ph": "C", "name": "GPU memory", "pid": 2, "ts": 1, "args": {"in_use_bytes": 300}})
+    t = vs.Trace(events)
+    cases = [
+        ({"kind": "trace_kernel", "name": "empty_kernel", "count": "{launches+1}"}, ["PASS"]),
+        ({"kind": "trace_kernel", "name": "empty_kernel", "count": 10}, ["FAIL"]),
+        ({"kind": "trace_kernel_match", "name_re": "empty", "at_least": 11}, ["PASS"]),
+        ({"kind": "trace_memcpy", "direction": "HtoD", "count": 1, "bytes": 4096}, ["PASS"]),
+        ({"kind": "trace_memcpy", "direction": "HtoD", "count": 1, "bytes": 4097}, ["FAIL"]),
+        ({"kind": "trace_graph", "names": ["empty_kernel"], "graphs": 1, "nodes": 3}, ["PASS"] * 3),
+        ({"kind": "trace_graph", "names": ["empty_kernel"], "graphs": 1, "nodes": 4},
+         ["PASS", "PASS", "FAIL"]),
+        ({"kind": "trace_api_threads", "name_re": "^cudaLaunch", "threads": 2}, ["PASS"]),
+        ({"kind": "trace_api_threads", "name_re": "^cudaLaunch", "threads": 4}, ["FAIL"]),
+        ({"kind": "trace_gpu_tracks", "min_streams": 1}, ["PASS"]),
+        ({"kind": "trace_memory_counter", "max_at_least": 301}, ["FAIL"]),
+    ]
+    for c, want in cases:
+        o = vs.Outcome()
+        vs.check_trace(c, t, o, ctx)
+        expect(statuses(o) == want, f"trace check {c}: {o.items}, expected {want}")
+
+    summary = {"kernels": {"count": 3, "by_name": [
+        {"name": "k", "count": 3, "apis": {"__cudaLaunchKernel": 3}, "devices": [0],
+         "streams": [[0, 1, 13]]}]},
+        "memcpy": {"HtoD": {"count": 1, "bytes": 8}},
+        "memory": [{"device": 0, "allocs": 2, "in_use": 5}],
+        "stacks": {"by_memory_in_use": [{"bytes": 5, "allocations": 1,
+                                         "frames": [{"function": "cudaMalloc"},
+                                                    {"function": "grow(int)"}]}]},
+        "losses": {"cupti_dropped_records": 0, "unknown_frees": 2}}
+    ctx = {"mode": "continuous", "launches": 0}
+    cases = [
+        ({"kind": "kernel", "name": "k", "count": 3, "streams": 1, "api": "__cudaLaunchKernel"},
+         ["PASS"] * 3),
+        ({"kind": "kernel", "name": "k", "count": 3, "api": "cudaGraphLaunch"}, ["PASS", "FAIL"]),
+        ({"kind": "kernel", "name": "missing", "count": 3}, ["FAIL"]),
+        ({"kind": "memcpy", "direction": "HtoD", "count": 1, "bytes": 8}, ["PASS"]),
+        ({"kind": "memcpy", "direction": "DtoH", "absent": True}, ["PASS"]),
+        ({"kind": "memory", "device": 0, "allocs": 2, "in_use": 6}, ["PASS", "FAIL"]),
+        ({"kind": "in_use_stack", "rank": 1, "function_re": "^grow\\b", "bytes": 5}, ["PASS", "PASS"]),
+        ({"kind": "in_use_stack", "rank": 1, "function_re": "^shrink\\b"}, ["FAIL"]),
+        ({"kind": "losses_zero"}, ["FAIL"]),
+    ]
+    for c, want in cases:
+        o = vs.Outcome()
+        vs.check_summary(c, summary, o, ctx)
+        expect(statuses(o) == want, f"summary check {c}: {o.items}, expected {want}")
+
+
+def real_run(build):
+    with open(os.path.join(ROOT, "samples", "expectations.json")) as f:
+        spec = json.load(f)
+    for c in spec["samples"]["streams"]["checks"]:
+        if c["kind"] == "kernel" and c["name"] == "add_kernel":
+            c["count"] = 51
+    for c in spec["samples"]["leak"]["checks"]:
+        if c["kind"] == "memory":
+            c["in_use"] = 20971521
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "expectations.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.path.join(build, "fakegpu", "lib") + \
+            (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "verify_samples.py"),
+                            "--build", build, "--work", os.path.join(tmp, "work"), "--simulator",
+                            "--samples", "streams,leak", "--modes", "continuous", "--repeat", "0",
+                            "--require", "summary", "--expectations", path],
+                           env=env, capture_output=True, text=True, timeout=120)
+        out = r.stdout + r.stderr
+        expect(r.returncode == 1, f"wrong expectations: exit status {r.returncode}, expected 1\n{out}")
+        expect("kernel add_kernel count: 50, expected 51" in out,
+               f"the wrong kernel count is not named:\n{out}")
+        expect("memory device 0 in_use: 20971520, expected 20971521" in out,
+               f"the wrong in-use bytes are not named:\n{out}")
+
+
+def main():
+    synthetic()
+    if len(sys.argv) > 1:
+        real_run(os.path.abspath(sys.argv[1]))
+    for f in failures:
+        print("FAIL:", f)
+    print(f"test_verify: {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
