@@ -10,9 +10,14 @@
 
 #include "agent/aggregate.h"
 #include "agent/alloc_map.h"
+#include "agent/capture.h"
+#include "agent/control.h"
 #include "agent/corr.h"
+#include "agent/ctx_map.h"
 #include "agent/hoststack.h"
+#include "agent/profiles.h"
 #include "agent/summary.h"
+#include "agent/uploader.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
 #include "agent/worker.h"
@@ -36,6 +41,8 @@ static struct corr_table *corr;
 static struct alloc_map *allocs;
 static struct aggregate *agg;
 static struct buffer_pool *pool;
+
+static struct control_server *control; /* NULL: no control socket */
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t shutdown_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -77,7 +84,56 @@ static void fork_child(void)
 {
   set_state(AGENT_DORMANT);
   worker_forget();
+  uploader_forget();
+  /* The socket is the parent's: the child closes its copies and never removes the file. */
+  control_server_forget(control);
 }
+
+/* The control socket's view of the agent (agent/control.h): captures and a description. */
+static int ctl_capture_start(void *arg, const struct capture_params *p, char *err, size_t len)
+{
+  (void)arg;
+  return capture_start(p, err, len);
+}
+
+static int ctl_capture_stop(void *arg)
+{
+  (void)arg;
+  return capture_stop();
+}
+
+static void ctl_capture_status(void *arg, struct capture_status *out)
+{
+  (void)arg;
+  capture_get_status(out);
+}
+
+static void ctl_describe(void *arg, struct control_info *out)
+{
+  uint64_t seen = 0;
+  size_t n = 0;
+
+  (void)arg;
+  out->mode = config_mode_name(cfg.mode);
+  out->state = agent_is_active() ? "active" : "stopping";
+  /* The devices this process made a context on (context ids start at 1). */
+  for (uint32_t c = 1; c < CTX_MAP_SLOTS; c++) {
+    int32_t d = ctx_map_get(c);
+    if (d >= 0 && d < 64)
+      seen |= 1ull << d;
+  }
+  out->gpus[0] = '\0';
+  for (int d = 0; d < 64; d++)
+    if (seen & (1ull << d))
+      n += (size_t)snprintf(out->gpus + n, sizeof(out->gpus) - n, "%s%d", n ? "," : "", d);
+}
+
+static const struct control_ops control_ops = {
+    .capture_start = ctl_capture_start,
+    .capture_stop = ctl_capture_stop,
+    .capture_status = ctl_capture_status,
+    .describe = ctl_describe,
+};
 
 static void init_once_fn(void)
 {
@@ -97,7 +153,8 @@ static void init_once_fn(void)
              (int)init_pid);
   pthread_atfork(NULL, NULL, fork_child);
 
-  if (cupti_loader_open(cfg.cupti_path, inactive_reason, sizeof(inactive_reason))) {
+  if (cupti_loader_open(cfg.cupti_path, cfg.cupti_wheels_only, inactive_reason,
+                        sizeof(inactive_reason))) {
     go_inactive();
     return;
   }
@@ -120,9 +177,19 @@ static void init_once_fn(void)
   /* Before any callback is enabled; failure only turns stacks off. */
   hoststack_init(&cfg, (const void *)(uintptr_t)cupti_fn.Subscribe_v2);
 
+  /* Before the worker, which submits finished windows; failure only turns uploads off. */
+  if (cfg.mode == CONFIG_MODE_CONTINUOUS)
+    uploader_start(&cfg);
+  /* pprof windows (continuous mode only): a worker consumer, registered before it starts;
+   * failure only turns the profiles off. */
+  if (cfg.mode == CONFIG_MODE_CONTINUOUS)
+    profiles_start(&cfg, allocs, hoststack_table(), hoststack_sample_every());
+  /* Trace captures: a worker consumer too; failure only disables captures. */
+  capture_init(&cfg, allocs);
   /* The worker first: buffers may complete as soon as kinds are enabled. */
   ret = worker_start(pool, agg, cfg.flush_interval_ns);
   if (ret) {
+    uploader_stop(0);
     snprintf(inactive_reason, sizeof(inactive_reason),
              "cannot start the worker thread: %s; gpuprof is inactive in this process",
              strerror(-ret));
@@ -131,12 +198,26 @@ static void init_once_fn(void)
   }
   if (subscriber_start(corr, allocs, inactive_reason, sizeof(inactive_reason))) {
     worker_stop(WORKER_STOP_TIMEOUT_MS);
+    uploader_stop(0);
     go_inactive();
     return;
   }
   /* Active before enabling: callbacks that fire during enabling are then recorded. */
   set_state(AGENT_ACTIVE);
-  subscriber_enable();
+  /* On demand, API callbacks and trace kinds wait for a capture (agent/capture.c). */
+  if (cfg.mode == CONFIG_MODE_ONDEMAND)
+    subscriber_enable_ondemand();
+  else
+    subscriber_enable();
+  capture_start_configured();
+  /* Last: a capture the gpuprof command starts finds everything running. Failure only
+   * disables the socket. */
+  {
+    char err[1024];
+    control = control_server_start(cfg.run_dir, &control_ops, 0, err, sizeof(err));
+    if (!control)
+      log_warn("%s", err);
+  }
   log_info("capturing in pid %d (mode %s, CUPTI %u from %s)", (int)init_pid,
            config_mode_name(cfg.mode), cupti_loader_version(), cupti_loader_path());
 }
@@ -177,7 +258,7 @@ static void write_outputs(int active)
 
 void agent_shutdown(void)
 {
-  int saved, entered;
+  int saved, entered, stopped;
 
   /* Before the lock: a forked child may have inherited it held. */
   if (getpid() != init_pid)
@@ -189,6 +270,9 @@ void agent_shutdown(void)
   switch (atomic_load(&agent_state_word)) {
   case AGENT_ACTIVE:
     shutdown_done = 1;
+    /* First: no capture may start while the agent winds down; the socket file goes away. */
+    control_server_stop(control);
+    control = NULL;
     /*
      * Stop new records before callbacks go quiet: a thread still launching in between would
      * otherwise produce kernel records whose API call the agent never saw (counted as
@@ -200,7 +284,15 @@ void agent_shutdown(void)
     /* The worker must not be inside a FlushAll(0) while we force the final one. */
     worker_pause_flushing();
     cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    worker_stop(WORKER_STOP_TIMEOUT_MS);
+    /* The last, partial window(s) once the worker has delivered every record; before the
+     * uploader's final flush, which then sends them. */
+    stopped = worker_stop(WORKER_STOP_TIMEOUT_MS) == 0;
+    profiles_stop(stopped);
+    /* A capture still running ends with the process: its file is finished here. */
+    capture_shutdown(stopped);
+    /* After the last window was submitted, before the summary that reports the uploads: the
+     * final flush waits at most GPUPROF_EXIT_TIMEOUT (and returns at once without a URL). */
+    uploader_stop(cfg.exit_timeout_ns);
     write_outputs(1);
     /*
      * Workaround: with CUDA 13.0-13.1, libcupti unloaded at exit without cuptiFinalize can

@@ -21,6 +21,21 @@ struct slot {
   uint8_t space; /* enum alloc_space + 1; 0 = empty */
 };
 
+/* A group of allocations counted for the pprof windows (alloc_map_window). */
+struct count_slot {
+  const char *api;
+  uint64_t count, bytes;
+  uint32_t stack_id;
+  int16_t device;
+  uint8_t kind;
+  uint8_t used;
+};
+
+struct count_table {
+  struct count_slot *slots;
+  size_t cap, used; /* cap: 0 or a power of two */
+};
+
 struct alloc_map {
   pthread_mutex_t lock;
   struct slot *slots;
@@ -28,6 +43,12 @@ struct alloc_map {
   size_t used;
   size_t max_entries;
   struct alloc_map_stats stats;
+  /* Double-buffered: inserts count into counts[active] under the lock; alloc_map_window
+   * switches `active` under the lock and reads the other table without it (no inserter
+   * touches it any more, and there is only one window taker). */
+  struct count_table counts[2];
+  int active;
+  uint64_t count_overflow;
 };
 
 const char *alloc_kind_name(enum alloc_kind kind)
@@ -60,6 +81,8 @@ void alloc_map_free(struct alloc_map *m)
     return;
   pthread_mutex_destroy(&m->lock);
   free(m->slots);
+  free(m->counts[0].slots);
+  free(m->counts[1].slots);
   free(m);
 }
 
@@ -132,6 +155,75 @@ static void account_free(struct alloc_map *m, const struct slot *s)
   d->in_use -= s->size;
 }
 
+static uint64_t count_hash(uint32_t stack_id, const char *api, int16_t device, uint8_t kind)
+{
+  return hash_u64((uint64_t)stack_id << 32 ^ (uint64_t)(uintptr_t)api ^
+                  (uint64_t)(uint16_t)device << 16 ^ kind);
+}
+
+static struct count_slot *count_probe(struct count_table *t, uint32_t stack_id, const char *api,
+                                      int16_t device, uint8_t kind)
+{
+  size_t i = count_hash(stack_id, api, device, kind) & (t->cap - 1);
+
+  while (t->slots[i].used && !(t->slots[i].stack_id == stack_id && t->slots[i].api == api &&
+                               t->slots[i].device == device && t->slots[i].kind == kind))
+    i = (i + 1) & (t->cap - 1);
+  return &t->slots[i];
+}
+
+static int count_grow(struct count_table *t)
+{
+  size_t cap = t->cap ? t->cap * 2 : 256;
+  struct count_slot *old = t->slots, *fresh = calloc(cap, sizeof(*fresh));
+  size_t old_cap = t->cap;
+
+  if (!fresh)
+    return -ENOMEM;
+  t->slots = fresh;
+  t->cap = cap;
+  for (size_t i = 0; i < old_cap; i++)
+    if (old[i].used)
+      *count_probe(t, old[i].stack_id, old[i].api, old[i].device, old[i].kind) = old[i];
+  free(old);
+  return 0;
+}
+
+/* Under the lock. Allocation APIs are slow (microseconds and up), so a malloc here when a
+ * new group appears is noise; a full table drops the stack rather than grow without bound. */
+static void count_alloc(struct alloc_map *m, const struct alloc_info *info)
+{
+  struct count_table *t = &m->counts[m->active];
+  uint32_t stack_id = info->stack_id;
+  int16_t device = (int16_t)info->device;
+  struct count_slot *c;
+
+  if (!t->cap && count_grow(t))
+    return;
+  c = count_probe(t, stack_id, info->api, device, info->kind);
+  if (!c->used && stack_id && t->used >= ALLOC_COUNT_MAX_GROUPS) {
+    /* Stack-less groups are few (APIs x devices x kinds): those may still be added. */
+    m->count_overflow++;
+    stack_id = 0;
+    c = count_probe(t, stack_id, info->api, device, info->kind);
+  }
+  if (!c->used) {
+    if ((t->used + 1) * 2 > t->cap) {
+      if (count_grow(t))
+        return;
+      c = count_probe(t, stack_id, info->api, device, info->kind);
+    }
+    c->used = 1;
+    c->stack_id = stack_id;
+    c->api = info->api;
+    c->device = device;
+    c->kind = info->kind;
+    t->used++;
+  }
+  c->count++;
+  c->bytes += info->size;
+}
+
 int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
                      const struct alloc_info *info)
 {
@@ -188,6 +280,7 @@ int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
   d->in_use += info->size;
   if (d->in_use > d->peak_in_use)
     d->peak_in_use = d->in_use;
+  count_alloc(m, info);
 out:
   pthread_mutex_unlock(&m->lock);
   return ret;
@@ -263,4 +356,42 @@ void alloc_map_for_each(struct alloc_map *m, void (*fn)(const struct alloc_info 
     fn(&info, arg);
   }
   pthread_mutex_unlock(&m->lock);
+}
+
+uint64_t alloc_map_window(struct alloc_map *m,
+                          void (*live)(const struct alloc_info *info, void *arg),
+                          void (*allocated)(const struct alloc_count *c, void *arg), void *arg)
+{
+  struct count_table *t;
+  uint64_t overflow;
+
+  pthread_mutex_lock(&m->lock);
+  if (live) {
+    struct alloc_info info;
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->slots[i].space)
+        continue;
+      fill_info(&m->slots[i], &info);
+      live(&info, arg);
+    }
+  }
+  t = &m->counts[m->active];
+  m->active ^= 1;
+  overflow = m->count_overflow;
+  m->count_overflow = 0;
+  pthread_mutex_unlock(&m->lock);
+
+  for (size_t i = 0; i < t->cap && t->used; i++) {
+    const struct count_slot *s = &t->slots[i];
+    if (!s->used)
+      continue;
+    if (allocated) {
+      struct alloc_count c = {s->stack_id, s->device, s->kind, s->api, s->count, s->bytes};
+      allocated(&c, arg);
+    }
+  }
+  if (t->used)
+    memset(t->slots, 0, t->cap * sizeof(*t->slots));
+  t->used = 0;
+  return overflow;
 }

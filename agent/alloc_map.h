@@ -75,6 +75,31 @@ int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
 
 void alloc_map_get_stats(struct alloc_map *m, struct alloc_map_stats *out);
 
+/* Allocations made since the previous alloc_map_window, grouped (pprof windows). */
+struct alloc_count {
+  uint32_t stack_id;
+  int32_t device;
+  uint8_t kind;
+  const char *api;
+  uint64_t count, bytes;
+};
+
+/* Distinct groups counted per window; beyond it the stack is dropped (the group becomes
+ * stack-less) and alloc_map_window reports the overflow. */
+#define ALLOC_COUNT_MAX_GROUPS (1u << 16)
+
+/*
+ * One consistent cut for a window's memory profile: under one hold of the lock, calls live()
+ * for every live allocation and starts a new counting period; then, without the lock, calls
+ * allocated() for every group counted in the period that just ended. So in-use at one cut
+ * equals in-use at the previous cut plus what was allocated in between minus what was freed.
+ * One caller at a time (the worker). Returns the allocations whose stack was dropped from
+ * their group because the period had ALLOC_COUNT_MAX_GROUPS groups.
+ */
+uint64_t alloc_map_window(struct alloc_map *m,
+                          void (*live)(const struct alloc_info *info, void *arg),
+                          void (*allocated)(const struct alloc_count *c, void *arg), void *arg);
+
 /* Calls fn for every live allocation, under the map's lock: fn must not call into the map. */
 void alloc_map_for_each(struct alloc_map *m, void (*fn)(const struct alloc_info *info, void *arg),
                         void *arg);

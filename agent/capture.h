@@ -2,6 +2,7 @@
 #ifndef GPUPROF_AGENT_CAPTURE_H
 #define GPUPROF_AGENT_CAPTURE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,8 @@ struct capture_params {
   int gpu_only;         /* -1: the configured GPUPROF_GPU_ONLY, else 0 or 1 */
   int format;           /* -1: the configured GPUPROF_TRACE_FORMAT, else enum config_trace_format */
   char output_dir[CONFIG_PATH_MAX]; /* "": the configured GPUPROF_OUTPUT_DIR */
+  const char *trigger; /* for the trace metadata: "control", "start", "signal", "api"; NULL:
+                          "control" */
 };
 
 enum capture_state {
@@ -33,6 +36,7 @@ struct capture_status {
   int last_error;                  /* 0, or the negative errno the last capture ended with */
   size_t n_files;                  /* files written by the last finished capture */
   char files[CAPTURE_MAX_FILES][CONFIG_PATH_MAX];
+  int truncated; /* the last capture reached GPUPROF_TRACE_MAX_SIZE (its file is still valid) */
 };
 
 /*
@@ -46,5 +50,36 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len);
 int capture_stop(void);
 
 void capture_get_status(struct capture_status *out);
+
+/* ---- wiring (agent/agent.c) ---- */
+
+struct alloc_map;
+struct thread_state;
+
+/* Init, before worker_start: registers the worker consumer. 0 or -errno (captures disabled). */
+int capture_init(const struct config *cfg, struct alloc_map *allocs);
+/* Once the agent is active: GPUPROF_CAPTURE_ON_START and the GPUPROF_CAPTURE_SIGNAL trigger. */
+void capture_start_configured(void);
+/* Exit, after the worker stopped (worker_stopped: it was joined): finishes a running capture's
+ * file and stops the signal thread. Idempotent. */
+void capture_shutdown(int worker_stopped);
+
+/* ---- the API callback hot path (cupti/subscriber.c) ---- */
+
+/* Nonzero while a capture records API calls: one relaxed load at every API EXIT. */
+extern atomic_int capture_api_on;
+
+static inline int capture_api_active(void)
+{
+  return atomic_load_explicit(&capture_api_on, memory_order_relaxed);
+}
+
+/*
+ * At API EXIT while capture_api_active(), before the call is popped: queues the call (its
+ * ENTER time is in the thread's open-call stack) for the worker. flow: a launch or copy whose
+ * GPU work gets an arrow. Never blocks; allocates only on the thread's first call.
+ */
+void capture_api_exit(struct thread_state *ts, uint32_t corr_id, const char *function_name,
+                      int flow, uint64_t exit_ns);
 
 #endif

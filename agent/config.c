@@ -2,10 +2,13 @@
 #include "agent/config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -23,7 +26,19 @@ static const char *const known_vars[] = {
     "GPUPROF_PYROSCOPE_URL",
     "GPUPROF_APP_NAME",
     "GPUPROF_TAGS",
+    "GPUPROF_PYROSCOPE_API",
+    "GPUPROF_PYROSCOPE_USER",
+    "GPUPROF_PYROSCOPE_PASSWORD",
+    "GPUPROF_PYROSCOPE_PASSWORD_FILE",
+    "GPUPROF_PYROSCOPE_TENANT",
+    "GPUPROF_UPLOAD_TIMEOUT",
+    "GPUPROF_UPLOAD_QUEUE",
+    "GPUPROF_EXIT_TIMEOUT",
+    "GPUPROF_K8S_POD",
+    "GPUPROF_K8S_NAMESPACE",
+    "GPUPROF_K8S_NODE",
     "GPUPROF_CUPTI_PATH",
+    "GPUPROF_TEST_CUPTI_WHEELS_ONLY",
     "GPUPROF_SUMMARY_FILE",
     "GPUPROF_BUFFER_SIZE",
     "GPUPROF_BUFFER_LIMIT",
@@ -35,6 +50,9 @@ static const char *const known_vars[] = {
     "GPUPROF_STACK_TABLE_SIZE",
     "GPUPROF_STACK_PYTHON",
     "GPUPROF_STACK_UNWIND",
+    "GPUPROF_PROFILE_FILES",
+    "GPUPROF_TRACE_MAX_SIZE",
+    "GPUPROF_CAPTURE_SIGNAL",
 };
 
 #define N_KNOWN (sizeof(known_vars) / sizeof(known_vars[0]))
@@ -67,10 +85,15 @@ void config_defaults(struct config *cfg)
   cfg->buffer_limit = CONFIG_DEFAULT_BUFFER_LIMIT;
   cfg->flush_interval_ns = CONFIG_DEFAULT_FLUSH_INTERVAL_NS;
   cfg->corr_table_size = CONFIG_DEFAULT_CORR_TABLE_SIZE;
+  cfg->upload_timeout_ns = CONFIG_DEFAULT_UPLOAD_TIMEOUT_NS;
+  cfg->upload_queue = CONFIG_DEFAULT_UPLOAD_QUEUE;
+  cfg->exit_timeout_ns = CONFIG_DEFAULT_EXIT_TIMEOUT_NS;
   cfg->stack_depth = CONFIG_DEFAULT_STACK_DEPTH;
+  cfg->trace_max_size = CONFIG_DEFAULT_TRACE_MAX_SIZE;
   cfg->stack_sample_every = CONFIG_DEFAULT_STACK_SAMPLE_EVERY;
   cfg->stack_table_size = CONFIG_DEFAULT_STACK_TABLE_SIZE;
   cfg->stack_python = 1;
+  cfg->profile_files = 1;
 }
 
 /* ---- parsers ---- */
@@ -163,6 +186,43 @@ int config_parse_bool(const char *s, int *v)
     }
   }
   return -EINVAL;
+}
+
+/*
+ * Only signals with no default meaning an application relies on: SIGUSR1, SIGUSR2 and the
+ * real-time ones. Their default action terminates, which is why the trigger is opt-in.
+ */
+int config_parse_signal(const char *s, int *sig)
+{
+  const char *p = s;
+  uint64_t n;
+  int v;
+
+  if (!s || !*s)
+    return -EINVAL;
+  if (!strncasecmp(p, "SIG", 3))
+    p += 3;
+  if (!strcasecmp(p, "USR1")) {
+    v = SIGUSR1;
+  } else if (!strcasecmp(p, "USR2")) {
+    v = SIGUSR2;
+  } else if (!strncasecmp(p, "RTMIN", 5)) {
+    const char *end = p + 5;
+    n = 0;
+    if (*end == '+' && (parse_u64(end + 1, &n, &end) || *end))
+      return -EINVAL;
+    if (*end && *end != '+')
+      return -EINVAL;
+    v = SIGRTMIN + (int)(n > 64 ? 64 : n);
+  } else if (p == s && !parse_u64(s, &n, &p) && !*p && n <= 64) {
+    v = (int)n;
+  } else {
+    return -EINVAL;
+  }
+  if (v != SIGUSR1 && v != SIGUSR2 && (v < SIGRTMIN || v > SIGRTMAX))
+    return -EINVAL;
+  *sig = v;
+  return 0;
 }
 
 /* Index of s in names[], or -1. */
@@ -427,6 +487,73 @@ static void load_stacks(struct config *cfg)
   }
 }
 
+/* A Kubernetes secret mounted as a file: its first line (a trailing newline is not part of it). */
+static void load_password_file(const char *var, char *dst, size_t cap)
+{
+  const char *path = env(var);
+  char buf[1024];
+  ssize_t n;
+  int fd;
+
+  if (!path)
+    return;
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    log_warn("%s='%s' cannot be read (%s); uploading without a password", var, path,
+             strerror(errno));
+    return;
+  }
+  n = read(fd, buf, sizeof(buf));
+  close(fd);
+  if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof(buf)) {
+    log_warn("%s='%s' cannot be read or is over %zu bytes; uploading without a password", var, path,
+             cap - 1);
+    return;
+  }
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+    n--;
+  memcpy(dst, buf, (size_t)n);
+  dst[n] = '\0';
+}
+
+/* GPUPROF_PYROSCOPE_*, the upload settings and the Kubernetes labels (docs/PYROSCOPE.md). */
+static void load_pyroscope(struct config *cfg)
+{
+  static const char *const apis[] = {"push", "ingest"};
+
+  cfg->pyroscope_api = load_enum("GPUPROF_PYROSCOPE_API", apis, 2, 0, "one of push, ingest");
+  load_string("GPUPROF_PYROSCOPE_USER", cfg->pyroscope_user, sizeof(cfg->pyroscope_user),
+              "uploading without basic auth");
+  if (env("GPUPROF_PYROSCOPE_PASSWORD") && env("GPUPROF_PYROSCOPE_PASSWORD_FILE"))
+    log_warn("GPUPROF_PYROSCOPE_PASSWORD and GPUPROF_PYROSCOPE_PASSWORD_FILE are both set; "
+             "using GPUPROF_PYROSCOPE_PASSWORD_FILE");
+  if (env("GPUPROF_PYROSCOPE_PASSWORD_FILE"))
+    load_password_file("GPUPROF_PYROSCOPE_PASSWORD_FILE", cfg->pyroscope_password,
+                       sizeof(cfg->pyroscope_password));
+  else if (env("GPUPROF_PYROSCOPE_PASSWORD") &&
+           strlen(env("GPUPROF_PYROSCOPE_PASSWORD")) < sizeof(cfg->pyroscope_password))
+    strcpy(cfg->pyroscope_password, env("GPUPROF_PYROSCOPE_PASSWORD"));
+  else if (env("GPUPROF_PYROSCOPE_PASSWORD"))
+    log_warn("GPUPROF_PYROSCOPE_PASSWORD is over %zu bytes; uploading without a password",
+             sizeof(cfg->pyroscope_password) - 1);
+  if (cfg->pyroscope_password[0] && !cfg->pyroscope_user[0])
+    log_warn("a Pyroscope password is set but GPUPROF_PYROSCOPE_USER is not; basic auth needs "
+             "both, uploading without it");
+  load_string("GPUPROF_PYROSCOPE_TENANT", cfg->pyroscope_tenant, sizeof(cfg->pyroscope_tenant),
+              "uploading without X-Scope-OrgID");
+  load_duration("GPUPROF_UPLOAD_TIMEOUT", &cfg->upload_timeout_ns, 100000000ull,
+                "a duration of at least 100ms (e.g. 10s)");
+  load_uint("GPUPROF_UPLOAD_QUEUE", &cfg->upload_queue, 1, 4096,
+            "a number of profiles between 1 and 4096");
+  load_duration("GPUPROF_EXIT_TIMEOUT", &cfg->exit_timeout_ns, 0,
+                "a duration (e.g. 3s; 0 drops what is queued at exit)");
+  load_string("GPUPROF_K8S_POD", cfg->k8s_pod, sizeof(cfg->k8s_pod), "leaving out the pod label");
+  load_string("GPUPROF_K8S_NAMESPACE", cfg->k8s_namespace, sizeof(cfg->k8s_namespace),
+              "leaving out the namespace label");
+  load_string("GPUPROF_K8S_NODE", cfg->k8s_node, sizeof(cfg->k8s_node),
+              "leaving out the node label");
+}
+
 void config_load(struct config *cfg)
 {
   static const char *const modes[] = {"continuous", "ondemand", "off"};
@@ -466,6 +593,14 @@ void config_load(struct config *cfg)
 
   cfg->trace_format = (enum config_trace_format)load_enum(
       "GPUPROF_TRACE_FORMAT", formats, 3, CONFIG_TRACE_JSON_GZ, "one of json, json.gz, perfetto");
+  load_size("GPUPROF_TRACE_MAX_SIZE", &cfg->trace_max_size, 1ull << 20, 1ull << 40,
+            "a size between 1M and 1T (e.g. 512M)");
+  v = env("GPUPROF_CAPTURE_SIGNAL");
+  if (v && config_parse_signal(v, &cfg->capture_signal)) {
+    cfg->capture_signal = 0;
+    bad_value("GPUPROF_CAPTURE_SIGNAL", v, "SIGUSR1, SIGUSR2 or SIGRTMIN+N",
+              "no signal trigger");
+  }
   load_string("GPUPROF_RUN_DIR", cfg->run_dir, sizeof(cfg->run_dir),
               "using " CONFIG_DEFAULT_OUTPUT_DIR "/run");
 
@@ -486,9 +621,17 @@ void config_load(struct config *cfg)
     bad_value("GPUPROF_TAGS", v, "a list of key=value pairs separated by commas (at most 32)",
               "using no tags");
   }
+  load_pyroscope(cfg);
 
   load_string("GPUPROF_CUPTI_PATH", cfg->cupti_path, sizeof(cfg->cupti_path),
               "searching for libcupti.so.13 instead");
+  /* Test-only (docs/CONFIGURATION.md): hides the system and toolkit CUPTI from the search so
+   * that a test can exercise the PyTorch-wheel search on a machine that has a toolkit. */
+  v = env("GPUPROF_TEST_CUPTI_WHEELS_ONLY");
+  if (v && config_parse_bool(v, &cfg->cupti_wheels_only)) {
+    cfg->cupti_wheels_only = 0;
+    bad_value("GPUPROF_TEST_CUPTI_WHEELS_ONLY", v, "0 or 1", "using 0");
+  }
   load_string("GPUPROF_SUMMARY_FILE", cfg->summary_file, sizeof(cfg->summary_file),
               "using the default summary path");
 
@@ -528,5 +671,10 @@ void config_load(struct config *cfg)
   }
 
   load_stacks(cfg);
+  v = env("GPUPROF_PROFILE_FILES");
+  if (v && config_parse_bool(v, &cfg->profile_files)) {
+    cfg->profile_files = 1;
+    bad_value("GPUPROF_PROFILE_FILES", v, "0 or 1", "using 1");
+  }
   check_unknown();
 }

@@ -48,12 +48,26 @@ struct config {
   uint64_t capture_on_start_ns; /* 0: no capture at start */
   int gpu_only;
   enum config_trace_format trace_format;
+  uint64_t trace_max_size; /* size cap of one capture's trace file, bytes */
+  int capture_signal;      /* 0: no signal trigger; else the signal that starts/stops a capture */
   char run_dir[CONFIG_PATH_MAX];
   char pyroscope_url[CONFIG_PATH_MAX]; /* "": no upload */
   char app_name[256];
   struct config_tag tags[CONFIG_TAGS_MAX];
   size_t n_tags;
+  /* Pyroscope upload (agent/uploader.h, docs/PYROSCOPE.md). */
+  int pyroscope_api;        /* 0: /push (protobuf), 1: /ingest (multipart) */
+  char pyroscope_user[256]; /* basic auth; "": none */
+  char pyroscope_password[1024];
+  char pyroscope_tenant[256]; /* X-Scope-OrgID; "": none */
+  uint64_t upload_timeout_ns; /* per request */
+  uint64_t upload_queue;      /* profiles waiting for upload, at most */
+  uint64_t exit_timeout_ns;   /* the final flush's deadline at exit */
+  char k8s_pod[256];          /* Kubernetes downward API: labels pod, namespace, node */
+  char k8s_namespace[256];
+  char k8s_node[256];
   char cupti_path[CONFIG_PATH_MAX];   /* "": search (cupti/loader.c) */
+  int cupti_wheels_only; /* test knob GPUPROF_TEST_CUPTI_WHEELS_ONLY: search wheels only */
   char summary_file[CONFIG_PATH_MAX]; /* "": <output_dir>/gpuprof-<host>-<pid>-summary.json */
   uint64_t buffer_size;
   uint64_t buffer_limit;
@@ -66,6 +80,7 @@ struct config {
   uint64_t stack_table_size;   /* memory cap of the stack table, bytes */
   int stack_python;            /* merge CPython frames */
   int stack_unwind_safe;       /* GPUPROF_STACK_UNWIND=safe */
+  int profile_files;           /* GPUPROF_PROFILE_FILES: write pprof window files */
 };
 
 /* Defaults, also quoted by docs/CONFIGURATION.md. */
@@ -80,6 +95,10 @@ struct config {
 #define CONFIG_MAX_STACK_DEPTH 128
 #define CONFIG_DEFAULT_STACK_SAMPLE_EVERY 16
 #define CONFIG_DEFAULT_STACK_TABLE_SIZE (32ull << 20)
+#define CONFIG_DEFAULT_UPLOAD_TIMEOUT_NS (10ull * 1000000000ull)
+#define CONFIG_DEFAULT_UPLOAD_QUEUE 32
+#define CONFIG_DEFAULT_EXIT_TIMEOUT_NS (3ull * 1000000000ull)
+#define CONFIG_DEFAULT_TRACE_MAX_SIZE (512ull << 20)
 
 /*
  * Reads the environment into *cfg. Never fails: a value that does not parse is reported on
@@ -96,6 +115,8 @@ void config_defaults(struct config *cfg);
 int config_parse_duration(const char *s, uint64_t *ns);
 int config_parse_size(const char *s, uint64_t *bytes);
 int config_parse_bool(const char *s, int *v);
+/* "SIGUSR1", "USR2", "SIGRTMIN+3", or their numbers: the signals a trigger may use. */
+int config_parse_signal(const char *s, int *sig);
 
 const char *config_mode_name(enum config_mode mode);
 

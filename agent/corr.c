@@ -21,8 +21,52 @@ struct corr_slot {
   uint32_t pad;
   _Atomic uintptr_t api_name;
   _Atomic uint64_t enter_ns;
-  _Atomic uint64_t exit_ns;
+  _Atomic uint64_t
+      exit_word; /* EXIT_* below: written outside the seqlock, 0 while the call is open */
 };
+
+/*
+ * The exit time is written at API EXIT with one plain store and no seqlock round: the EXIT
+ * path runs on every API call, and a locked instruction there costs more than the rest of it.
+ * That is safe because the word names the call it belongs to. A late EXIT whose slot was
+ * taken over by a newer call (one `size` ids later: a call open while the whole ring wrapped)
+ * stores a word tagged with the old id, which the reader then ignores; the newer call is
+ * never given a wrong exit time. Layout: valid bit, unit bit (duration in µs rather than ns,
+ * for calls longer than 2^40 ns = 18 minutes), 22 tag bits, 40 bits of duration since ENTER.
+ * The tag is corr_id >> 10: two ids sharing a slot differ by a multiple of the table size
+ * (at least 1024) and by less than 2^32, so their tags differ.
+ */
+#define EXIT_VALID (1ull << 63)
+#define EXIT_MICROS (1ull << 62)
+#define EXIT_TAG_SHIFT 40
+#define EXIT_TAG_MASK 0x3fffffull
+#define EXIT_DUR_MASK ((1ull << EXIT_TAG_SHIFT) - 1)
+
+static uint64_t exit_tag(uint32_t corr_id)
+{
+  return ((uint64_t)(corr_id >> 10) & EXIT_TAG_MASK) << EXIT_TAG_SHIFT;
+}
+
+static uint64_t exit_encode(uint32_t corr_id, uint64_t enter_ns, uint64_t exit_ns)
+{
+  uint64_t dur = exit_ns > enter_ns ? exit_ns - enter_ns : 0; /* a clock step back: 0 */
+
+  if (dur <= EXIT_DUR_MASK)
+    return EXIT_VALID | exit_tag(corr_id) | dur;
+  dur /= 1000;
+  return EXIT_VALID | EXIT_MICROS | exit_tag(corr_id) |
+         (dur <= EXIT_DUR_MASK ? dur : EXIT_DUR_MASK);
+}
+
+/* The exit time a word stores for corr_id, or 0 (open, or another call's word). */
+static uint64_t exit_decode(uint64_t word, uint32_t corr_id, uint64_t enter_ns)
+{
+  uint64_t dur = word & EXIT_DUR_MASK;
+
+  if (!(word & EXIT_VALID) || (word & (EXIT_TAG_MASK << EXIT_TAG_SHIFT)) != exit_tag(corr_id))
+    return 0;
+  return enter_ns + (word & EXIT_MICROS ? dur * 1000 : dur);
+}
 
 struct corr_table {
   struct corr_slot *slots;
@@ -46,8 +90,14 @@ struct corr_table *corr_table_new(size_t entries)
   t->size = hash_round_pow2(entries);
   t->mask = (uint32_t)(t->size - 1);
   t->map_len = t->size * sizeof(struct corr_slot);
-  /* Anonymous zeroed pages: untouched slots cost no resident memory. */
-  mem = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  /*
+   * Anonymous zeroed pages, populated now: CUPTI ids walk the whole ring within the first
+   * `size` API calls anyway (seconds in any real workload), and faulting its pages in then
+   * costs the application thread a page fault every ~70 calls (about 1,800 in all for the
+   * default 7 MiB). At init it is a few milliseconds once, inside cuInit.
+   */
+  mem = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+             -1, 0);
   if (mem == MAP_FAILED) {
     free(t);
     return NULL;
@@ -109,23 +159,21 @@ void corr_table_enter(struct corr_table *t, const struct corr_info *info)
   atomic_store_explicit(&s->stack_id, info->stack_id, RELAXED);
   atomic_store_explicit(&s->weight, info->weight, RELAXED);
   atomic_store_explicit(&s->enter_ns, info->enter_ns, RELAXED);
-  atomic_store_explicit(&s->exit_ns, 0, RELAXED);
+  atomic_store_explicit(&s->exit_word, 0, RELAXED);
   slot_unlock(s, (uint32_t)seq);
 }
 
 void corr_table_exit(struct corr_table *t, uint32_t corr_id, uint64_t exit_ns)
 {
   struct corr_slot *s = &t->slots[corr_id & t->mask];
-  int64_t seq;
+  uint64_t enter_ns;
 
+  /* The slot was written by this thread at ENTER, unless that write was skipped (collision)
+   * or a newer call has taken it since: then the id differs, or the tag makes the word void. */
   if (atomic_load_explicit(&s->corr_id, RELAXED) != corr_id)
     return;
-  seq = slot_lock(t, s);
-  if (seq < 0)
-    return;
-  if (atomic_load_explicit(&s->corr_id, RELAXED) == corr_id)
-    atomic_store_explicit(&s->exit_ns, exit_ns, RELAXED);
-  slot_unlock(s, (uint32_t)seq);
+  enter_ns = atomic_load_explicit(&s->enter_ns, RELAXED);
+  atomic_store_explicit(&s->exit_word, exit_encode(corr_id, enter_ns, exit_ns), RELAXED);
 }
 
 int corr_table_lookup(struct corr_table *t, uint32_t corr_id, struct corr_info *out)
@@ -138,6 +186,7 @@ int corr_table_lookup(struct corr_table *t, uint32_t corr_id, struct corr_info *
   for (int attempt = 0; attempt < 64; attempt++) {
     uint32_t seq1 = atomic_load_explicit(&s->seq, memory_order_acquire);
     uint32_t meta;
+    uint64_t exit_word;
 
     if (seq1 & 1)
       continue;
@@ -147,7 +196,7 @@ int corr_table_lookup(struct corr_table *t, uint32_t corr_id, struct corr_info *
     meta = atomic_load_explicit(&s->meta, RELAXED);
     out->api_name = (const char *)atomic_load_explicit(&s->api_name, RELAXED);
     out->enter_ns = atomic_load_explicit(&s->enter_ns, RELAXED);
-    out->exit_ns = atomic_load_explicit(&s->exit_ns, RELAXED);
+    exit_word = atomic_load_explicit(&s->exit_word, RELAXED);
     out->stack_id = atomic_load_explicit(&s->stack_id, RELAXED);
     out->weight = atomic_load_explicit(&s->weight, RELAXED);
     atomic_thread_fence(memory_order_acquire);
@@ -155,6 +204,7 @@ int corr_table_lookup(struct corr_table *t, uint32_t corr_id, struct corr_info *
       continue;
     out->cbid = (uint16_t)(meta >> 8);
     out->domain = (uint8_t)(meta & 0xff);
+    out->exit_ns = exit_decode(exit_word, out->corr_id, out->enter_ns);
     return out->corr_id == corr_id ? 0 : -ENOENT;
   }
   return -ENOENT;

@@ -19,7 +19,8 @@ struct corr_info {
   uint8_t domain;       /* enum corr_domain */
   const char *api_name; /* CUPTI's functionName: a global constant, kept as a pointer */
   uint64_t enter_ns;    /* CLOCK_REALTIME */
-  uint64_t exit_ns;     /* 0 until the call returned */
+  uint64_t exit_ns;     /* 0 until the call returned; set only during trace captures (the
+                           subscriber reads no exit clock otherwise); µs precision past 18 min */
   uint32_t stack_id;    /* host stack (agent/stack.h), STACK_ID_NONE when none was taken */
   uint32_t weight;      /* calls the stack stands for: the sample period, 1, or 0 for none */
 };
@@ -34,7 +35,9 @@ struct corr_info {
  * Concurrency: writers are application threads inside CUPTI callbacks, the reader is the
  * worker. Each slot is a seqlock whose fields are relaxed atomics: no lock, no malloc after
  * corr_table_new. A writer that finds its slot busy (another writer exactly `size` ids apart,
- * in the same instant) skips the write and counts a collision rather than waiting.
+ * in the same instant) skips the write and counts a collision rather than waiting. The exit
+ * time is one word tagged with its call's id, stored at EXIT without a seqlock round (no
+ * locked instruction on the EXIT path); a late EXIT cannot give a newer call its time.
  */
 struct corr_table;
 

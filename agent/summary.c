@@ -12,10 +12,13 @@
 #include <unistd.h>
 
 #include "agent/aggregate.h"
+#include "agent/capture.h"
 #include "agent/config.h"
 #include "agent/hoststack.h"
 #include "agent/stack_report.h"
+#include "agent/uploader.h"
 #include "agent/util/fdwriter.h"
+#include "agent/util/files.h"
 #include "agent/util/log.h"
 #include "export/json.h"
 #include "gpuprof/gpuprof.h"
@@ -68,6 +71,26 @@ static void write_kernel(struct json_writer *w, const struct agg_kernel *k)
   json_writer_end_object(w);
 }
 
+/* Only when a Pyroscope URL is configured (docs/PYROSCOPE.md has what the counts mean). */
+static void write_pyroscope(struct json_writer *w)
+{
+  struct uploader_stats us;
+  int enabled;
+
+  uploader_get_stats(&us, &enabled);
+  if (!enabled)
+    return;
+  json_writer_key(w, "pyroscope");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "submitted", us.submitted);
+  json_writer_kv_uint(w, "sent", us.sent);
+  json_writer_kv_uint(w, "retried", us.retried);
+  json_writer_kv_uint(w, "dropped", us.dropped);
+  json_writer_kv_uint(w, "failed", us.failed);
+  json_writer_kv_uint(w, "bytes_sent", us.bytes_sent);
+  json_writer_end_object(w);
+}
+
 static void write_memory(struct json_writer *w, const struct alloc_map_stats *mem)
 {
   json_writer_key(w, "memory");
@@ -93,6 +116,40 @@ static void write_memory(struct json_writer *w, const struct alloc_map_stats *me
     json_writer_end_object(w);
   }
   json_writer_end_array(w);
+}
+
+/* Trace captures (agent/capture.h), when one was started: how many, the last one's outcome. */
+static void write_captures(struct json_writer *w)
+{
+  struct capture_status st;
+
+  capture_get_status(&st);
+  if (!st.id)
+    return;
+  json_writer_key(w, "captures");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "count", st.id);
+  json_writer_key(w, "running");
+  json_writer_bool(w, st.state == CAPTURE_RUNNING);
+  json_writer_key(w, "last");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "id", st.id);
+  json_writer_kv_uint(w, "gpu_only", (uint64_t)st.gpu_only);
+  json_writer_kv_uint(w, "started_ns", st.started_ns);
+  json_writer_kv_uint(w, "ends_ns", st.ends_ns);
+  json_writer_kv_uint(w, "events", st.events);
+  json_writer_kv_uint(w, "bytes", st.bytes);
+  json_writer_kv_uint(w, "dropped", st.dropped);
+  json_writer_key(w, "truncated");
+  json_writer_bool(w, st.truncated);
+  json_writer_kv_int(w, "error", st.last_error);
+  json_writer_key(w, "files");
+  json_writer_begin_array(w);
+  for (size_t i = 0; i < st.n_files && i < CAPTURE_MAX_FILES; i++)
+    json_writer_string(w, st.files[i]);
+  json_writer_end_array(w);
+  json_writer_end_object(w);
+  json_writer_end_object(w);
 }
 
 int summary_write_json(const struct summary_input *in, struct json_writer *w)
@@ -192,6 +249,8 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
   json_writer_kv_uint(w, "unknown", t->joins_unknown);
   json_writer_end_object(w);
 
+  write_captures(w);
+
   json_writer_key(w, "losses");
   json_writer_begin_object(w);
   json_writer_kv_uint(w, "cupti_dropped_records", in->worker.dropped_records);
@@ -201,6 +260,8 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
   json_writer_kv_uint(w, "unknown_frees", in->mem ? in->mem->unknown_frees : 0);
   json_writer_kv_uint(w, "buffer_pool_exhausted", in->buffer_pool_exhausted);
   json_writer_end_object(w);
+
+  write_pyroscope(w);
 
   json_writer_end_object(w);
   ret = json_writer_finish(w);
@@ -214,40 +275,11 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
 
 /* ---- the file ---- */
 
-/* mkdir -p; 0 or -errno. */
-static int make_dirs(const char *dir)
-{
-  char path[PATH_MAX];
-  size_t len = strlen(dir);
-
-  if (len == 0)
-    return 0;
-  if (len >= sizeof(path))
-    return -ENAMETOOLONG;
-  memcpy(path, dir, len + 1);
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(path, 0755) && errno != EEXIST)
-      return -errno;
-    *p = '/';
-  }
-  if (mkdir(path, 0755) && errno != EEXIST)
-    return -errno;
-  return 0;
-}
-
 static int default_path(const struct summary_input *in, char *path, size_t len)
 {
-  char host[256] = "unknown";
+  char host[256];
 
-  if (gethostname(host, sizeof(host)) == 0)
-    host[sizeof(host) - 1] = '\0';
-  /* A hostname with '/' would escape the directory. */
-  for (char *p = host; *p; p++)
-    if (*p == '/')
-      *p = '_';
+  files_hostname(host, sizeof(host));
   if ((size_t)snprintf(path, len, "%s/gpuprof-%s-%d-summary.json", in->cfg->output_dir, host,
                        in->pid) >= len)
     return -ENAMETOOLONG;
@@ -274,15 +306,16 @@ int summary_write_file(const struct summary_input *in, char *out_path, size_t ou
   slash = strrchr(dir, '/');
   if (slash && slash != dir) {
     *slash = '\0';
-    ret = make_dirs(dir);
-    if (ret) {
+    ret = files_mkdir_p(dir, 0755);
+    if (ret && (in->cfg->summary_file[0] || files_first_output_error())) {
       char buf[128];
       log_error(
           "cannot create the directory %s for the summary %s: %s; set %s to a writable location",
           dir, path, strerror_r(-ret, buf, sizeof(buf)),
           in->cfg->summary_file[0] ? "GPUPROF_SUMMARY_FILE" : "GPUPROF_OUTPUT_DIR");
-      return ret;
     }
+    if (ret)
+      return ret;
   }
 
   if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, in->pid) >= sizeof(tmp)) {
@@ -320,8 +353,9 @@ out:
     const char *err = strerror_r(-ret, buf, sizeof(buf));
     if (tmp[0])
       unlink(tmp);
-    log_error("cannot %s the summary %s: %s; set %s to a writable location", what, path, err,
-              in->cfg->summary_file[0] ? "GPUPROF_SUMMARY_FILE" : "GPUPROF_OUTPUT_DIR");
+    if (in->cfg->summary_file[0] || files_first_output_error())
+      log_error("cannot %s the summary %s: %s; set %s to a writable location", what, path, err,
+                in->cfg->summary_file[0] ? "GPUPROF_SUMMARY_FILE" : "GPUPROF_OUTPUT_DIR");
   }
   return ret;
 }

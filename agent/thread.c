@@ -1,35 +1,27 @@
 /* Per-thread agent state: the cached tid and the stack of API calls open on this thread. */
 #include "agent/thread.h"
 
+#include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent/corr.h"
+#include "agent/util/counter.h"
 
-static __thread struct thread_state tls_state;
+__thread struct thread_state thread_tls;
 
-struct thread_state *thread_state_get(void)
+static _Atomic uint32_t next_counter_slot;
+
+void thread_state_init(struct thread_state *ts)
 {
-  struct thread_state *ts = &tls_state;
+  uint32_t slot = atomic_fetch_add_explicit(&next_counter_slot, 1, memory_order_relaxed);
 
-  if (!ts->tid)
-    ts->tid = (uint32_t)syscall(SYS_gettid);
-  return ts;
+  /* Owned stripes for the first threads, the shared one for the rest (agent/util/counter.h). */
+  ts->counter_slot = slot < COUNTER_SHARED_STRIPE ? slot : COUNTER_SHARED_STRIPE;
+  ts->tid = (uint32_t)syscall(SYS_gettid);
 }
 
-void thread_push_call(struct thread_state *ts, uint32_t corr_id, uint8_t domain, int is_memory)
-{
-  if (ts->depth >= 0 && ts->depth < THREAD_MAX_OPEN_CALLS) {
-    ts->open[ts->depth].corr_id = corr_id;
-    ts->open[ts->depth].domain = domain;
-    ts->open[ts->depth].is_memory = (uint8_t)(is_memory != 0);
-    ts->open[ts->depth].stack_id = 0;
-    ts->open[ts->depth].weight = 0;
-  }
-  ts->depth++;
-}
-
-void thread_pop_call(struct thread_state *ts, uint32_t corr_id)
+void thread_pop_call_slow(struct thread_state *ts, uint32_t corr_id)
 {
   int top = ts->depth - 1;
 

@@ -12,6 +12,7 @@ struct thread_call {
   uint8_t is_memory; /* an alloc/free API: nested ones must not be counted again */
   uint32_t stack_id; /* the host stack of the outermost open call (inherited by nested ones) */
   uint32_t weight;
+  uint64_t enter_ns; /* for a trace capture's API slice (agent/capture.h) */
 };
 
 /*
@@ -23,17 +24,58 @@ struct thread_call {
 struct thread_state {
   uint32_t tid; /* 0 until first use */
   int depth;
+  /* This thread's stripe of the agent's striped counters (agent/util/counter.h). */
+  uint32_t counter_slot;
   struct thread_call open[THREAD_MAX_OPEN_CALLS];
   /* Launch sampler (agent/hoststack.c). */
   uint64_t rng;
   uint32_t countdown;
   uint8_t sampler_ready;
+  /* The thread's queue of API calls for a trace capture (agent/capture.c), NULL until its
+   * first call during a capture. */
+  void *capture_ring;
 };
 
-struct thread_state *thread_state_get(void);
+/*
+ * Hidden visibility makes every access from inside the agent's .so use the local-dynamic TLS
+ * model: one __tls_get_addr per function for all of the agent's TLS, where an extern
+ * declaration of default visibility costs one call per access (general dynamic). The faster
+ * models are not safe here: initial-exec takes static TLS that a library the application
+ * dlopens later may need (its dlopen then fails), and the x86-64 TLS descriptors of glibc
+ * before 2.40 clobber vector registers on their dynamic fallback path (glibc bug 31372).
+ */
+extern __thread struct thread_state thread_tls
+    __attribute__((visibility("hidden"), tls_model("local-dynamic")));
+
+/* First use on a thread: its tid and counter stripe. */
+void thread_state_init(struct thread_state *ts);
+
+static inline struct thread_state *thread_state_get(void)
+{
+  struct thread_state *ts = &thread_tls;
+
+  /* An opaque copy: otherwise the compiler recomputes the address (a __tls_get_addr call)
+   * after every call in the caller instead of keeping it in a register. */
+  __asm__("" : "+r"(ts));
+  if (__builtin_expect(!ts->tid, 0))
+    thread_state_init(ts);
+  return ts;
+}
 
 /* Pushes a call at ENTER. */
-void thread_push_call(struct thread_state *ts, uint32_t corr_id, uint8_t domain, int is_memory);
+static inline void thread_push_call(struct thread_state *ts, uint32_t corr_id, uint8_t domain,
+                                    int is_memory)
+{
+  if (ts->depth >= 0 && ts->depth < THREAD_MAX_OPEN_CALLS) {
+    struct thread_call *c = &ts->open[ts->depth];
+    c->corr_id = corr_id;
+    c->domain = domain;
+    c->is_memory = (uint8_t)(is_memory != 0);
+    c->stack_id = 0;
+    c->weight = 0;
+  }
+  ts->depth++;
+}
 /* The innermost open call, or NULL (none, or nested deeper than remembered). */
 static inline struct thread_call *thread_top_call(struct thread_state *ts)
 {
@@ -41,8 +83,19 @@ static inline struct thread_call *thread_top_call(struct thread_state *ts)
   return top >= 0 && top < THREAD_MAX_OPEN_CALLS ? &ts->open[top] : 0;
 }
 
+void thread_pop_call_slow(struct thread_state *ts, uint32_t corr_id);
+
 /* Pops the call at EXIT (tolerates a missing EXIT of an inner call by unwinding to corr_id). */
-void thread_pop_call(struct thread_state *ts, uint32_t corr_id);
+static inline void thread_pop_call(struct thread_state *ts, uint32_t corr_id)
+{
+  int top = ts->depth - 1;
+
+  if (__builtin_expect(top >= 0 && top < THREAD_MAX_OPEN_CALLS && ts->open[top].corr_id == corr_id,
+                       1))
+    ts->depth = top;
+  else
+    thread_pop_call_slow(ts, corr_id);
+}
 /* The innermost open runtime call's correlation id below the top, or 0. */
 uint32_t thread_parent_runtime(const struct thread_state *ts);
 /* True if an alloc/free call encloses the top call (which then must not touch the map). */

@@ -153,12 +153,10 @@ static int capture_fast(uint64_t *frames, int max)
 }
 
 /*
- * The safe mode, and why the fast path is not safe: for a frame without unwind information its fast
- * path falls back to following %rbp without validating the address (libunwind 1.6 validates only
- * DWARF steps), so a frame whose %rbp holds garbage crashes the process inside the unwinder.
- * Stepping ourselves lets us end the stack at the first frame without unwind information instead,
- * and every DWARF step validates the memory it reads (libunwind probes each address with a system
- * call, which is what makes this mode ~40 times slower: ~400 ns a frame).
+ * The safe mode: stepping ourselves ends the stack at the first frame without unwind information
+ * instead of guessing through it, and every step validates the memory it reads (libunwind probes
+ * each address with system calls, which is what makes this mode ~40 times slower: ~400 ns a
+ * frame). The fast path validates only from the first guessed frame on (agent/unwind.h).
  */
 static int capture_safe(uint64_t *frames, int max)
 {

@@ -18,8 +18,15 @@ void unwind_init(const char *const *skip_names, const void *const *anchors);
 
 /*
  * Fast (default): libunwind's unw_backtrace, cached per thread. A frame without unwind
- * information makes libunwind follow %rbp without validating it, so such a frame whose %rbp
- * holds garbage (hand-written assembly, some JIT code) can crash the process inside libunwind.
+ * information (hand-written assembly, some JIT code) is stepped by guessing that %rbp is a
+ * frame pointer, and from that frame on libunwind validates every address before reading it
+ * (libunwind 1.6, Debian 12's, checks readability by letting write(2) to a pipe read the word;
+ * a libunwind that checks with mincore/msync alone lets a PROT_NONE page through, and
+ * reading it then crashes: use the safe mode with such a libunwind). tests/stacks checks
+ * garbage, unmapped, unreadable, non-canonical and looping frame pointers: the stack ends at
+ * the bad frame. Frames with unwind information are read unvalidated, so what the fast path
+ * cannot survive is CFI that is wrong (claims %rbp is a frame pointer when it is not) in front
+ * of the first guessed frame.
  * Safe: steps frame by frame, ends the stack at the first frame without unwind information,
  * and validates every memory read; about 40 times slower. GPUPROF_STACK_UNWIND selects it.
  */

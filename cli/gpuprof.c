@@ -1,4 +1,4 @@
-/* The gpuprof command: runs a program with the agent injected. */
+/* The gpuprof command: runs a program with the agent injected, lists agents, takes captures. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <libgen.h>
@@ -8,20 +8,36 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/client.h"
 #include "include/gpuprof/gpuprof.h"
 
 static void usage(FILE *out)
 {
-  fprintf(out,
-          "usage: gpuprof run [--output DIR] [--log LEVEL] [--mode MODE] [--agent PATH] -- PROGRAM [ARGS...]\n"
+  fprintf(out, "%s",
+          "usage: gpuprof run [--output DIR] [--log LEVEL] [--mode MODE] [--agent PATH]\n"
+          "                   -- PROGRAM [ARGS...]\n"
+          "       gpuprof list [--run-dir DIR]\n"
+          "       gpuprof capture [--pid N | --all] [--duration 60s] [--gpu-only]\n"
+          "                       [--format json|json.gz|perfetto] [--output DIR] [--run-dir DIR]\n"
+          "       gpuprof stop [--pid N | --all] [--run-dir DIR]\n"
           "       gpuprof version\n"
           "\n"
           "run      runs PROGRAM with the gpuprof agent injected (CUDA_INJECTION64_PATH)\n"
           "         --output DIR   where profiles, traces and the summary go (GPUPROF_OUTPUT_DIR)\n"
-          "         --log LEVEL    error, warn, info (prints the exit summary) or debug (GPUPROF_LOG)\n"
+          "         --log LEVEL    error, warn, info (prints the exit summary) or debug\n"
           "         --mode MODE    continuous, ondemand or off (GPUPROF_MODE)\n"
-          "         --agent PATH   the agent library (default: ../lib/libgpuprof.so beside this command,\n"
-          "                        or $GPUPROF_AGENT)\n");
+          "         --agent PATH   the agent library (default: ../lib/libgpuprof.so beside\n"
+          "                        this command, or $GPUPROF_AGENT)\n"
+          "list     the agent processes reachable in the run directory (--run-dir, else\n"
+          "         $GPUPROF_RUN_DIR, else " CONTROL_DEFAULT_RUN_DIR "): pid, mode, capture, GPUs\n"
+          "capture  starts a trace capture in one process (--pid, or the only one), or in all\n"
+          "         of them over the same window (--all); shows progress, then prints the files\n"
+          "         written (by the agent, in its filesystem: --output DIR, else its\n"
+          "         GPUPROF_OUTPUT_DIR). Ctrl-C ends it early.\n"
+          "stop     ends the running capture early\n"
+          "\n"
+          "exit status: 0 ok, 1 error, 2 usage, 3 busy (a capture was running), 4 no agent\n"
+          "(docs/CONTROL.md)\n");
 }
 
 /* The agent is installed as <prefix>/lib/libgpuprof.so next to <prefix>/bin/gpuprof. */
@@ -106,11 +122,18 @@ int main(int argc, char **argv)
   }
   if (strcmp(argv[1], "run") == 0)
     return cmd_run(argc - 2, argv + 2);
+  if (strcmp(argv[1], "list") == 0)
+    return cmd_list(argc - 2, argv + 2);
+  if (strcmp(argv[1], "capture") == 0)
+    return cmd_capture(argc - 2, argv + 2);
+  if (strcmp(argv[1], "stop") == 0)
+    return cmd_stop(argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0) {
     printf("gpuprof %s\n", GPUPROF_VERSION_STRING);
     return 0;
   }
-  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+      strcmp(argv[1], "help") == 0) {
     usage(stdout);
     return 0;
   }

@@ -226,7 +226,21 @@ not_there:
   return 1;
 }
 
-int cupti_loader_open(const char *configured_path, char *reason, size_t reason_len)
+/* An already loaded libcupti.so.13 (found by its soname, never loaded from disk). */
+static int try_loaded(char *reason, size_t reason_len)
+{
+  void *handle = dlopen(CUPTI_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  int ret;
+
+  if (!handle)
+    return 1;
+  ret = adopt(handle, CUPTI_SONAME, reason, reason_len);
+  if (ret)
+    dlclose(handle); /* drops only the reference RTLD_NOLOAD took */
+  return ret;
+}
+
+int cupti_loader_open(const char *configured_path, int wheels_only, char *reason, size_t reason_len)
 {
   static struct wheel_search ws; /* large; init runs once */
   char tried[2048] = "";
@@ -236,6 +250,13 @@ int cupti_loader_open(const char *configured_path, char *reason, size_t reason_l
   if (configured_path && configured_path[0])
     return cupti_loader_open_path(configured_path, reason, reason_len);
 
+  if (wheels_only) {
+    log_debug("GPUPROF_TEST_CUPTI_WHEELS_ONLY: skipping the library path and the toolkit");
+    ret = try_loaded(reason, reason_len);
+    if (ret != 1)
+      return ret;
+    goto wheels;
+  }
   ret = try_candidate(CUPTI_SONAME, tried, sizeof(tried), reason, reason_len);
   if (ret != 1)
     return ret;
@@ -253,6 +274,7 @@ int cupti_loader_open(const char *configured_path, char *reason, size_t reason_l
       return ret;
   }
 
+wheels:
   ws.n = 0;
   dl_iterate_phdr(collect_wheel_dir, &ws);
   for (int i = 0; i < ws.n; i++) {

@@ -52,8 +52,12 @@ extern struct cupti_api cupti_fn;
  * dir>/nvidia/cuda_cupti/lib/libcupti.so.13. Then every function is resolved and cuptiGetVersion
  * must match the major.minor of the CUPTI_API_VERSION the record layouts were compiled for. Returns
  * 0, or -errno with a one-line explanation (naming the path and what to do) in reason.
+ * wheels_only (the test knob GPUPROF_TEST_CUPTI_WHEELS_ONLY) replaces steps 2 and 3 by a look
+ * for a libcupti.so.13 that is already loaded, so that tests reach step 4 on a machine whose
+ * library path or build toolkit has a CUPTI.
  */
-int cupti_loader_open(const char *configured_path, char *reason, size_t reason_len);
+int cupti_loader_open(const char *configured_path, int wheels_only, char *reason,
+                      size_t reason_len);
 
 /* Loads exactly `path` (tests use it with the real libcupti). Same checks, same result. */
 int cupti_loader_open_path(const char *path, char *reason, size_t reason_len);

@@ -10,6 +10,7 @@
 
 #include "agent/agent.h"
 #include "agent/alloc_map.h"
+#include "agent/capture.h"
 #include "agent/corr.h"
 #include "agent/ctx_map.h"
 #include "agent/hoststack.h"
@@ -197,6 +198,7 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   uint8_t dom = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CORR_DOMAIN_RUNTIME : CORR_DOMAIN_DRIVER;
   int is_memory = e && (e->cls == CBID_ALLOC || e->cls == CBID_FREE);
   struct thread_call *top;
+  uint64_t exit_ns;
 
   if (cb->callbackSite == CUPTI_API_ENTER) {
     struct corr_info info = {
@@ -212,15 +214,31 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
     if ((top = thread_top_call(ts))) {
       top->stack_id = info.stack_id;
       top->weight = info.weight;
+      top->enter_ns = info.enter_ns;
     }
     if (dom == CORR_DOMAIN_DRIVER)
       info.parent_corr_id = thread_parent_runtime(ts);
     corr_table_enter(corr, &info);
-    striped_counter_add(dom == CORR_DOMAIN_RUNTIME ? &api_runtime : &api_driver, ts->tid, 1);
+    striped_counter_add(dom == CORR_DOMAIN_RUNTIME ? &api_runtime : &api_driver, ts->counter_slot,
+                        1);
     return;
   }
 
-  corr_table_exit(corr, cb->correlationId, clock_realtime_ns());
+  /* Exit times feed trace captures only (API slices, flows; nothing in the continuous
+   * profiles uses them), and the clock read is the largest part of the EXIT path: outside a
+   * capture it is skipped. ENTER keeps its read, so a call open when a capture starts still
+   * has its start. */
+  if (capture_api_active()) {
+    exit_ns = clock_realtime_ns();
+    /* Queued before the exit time is published: a GPU record joined to a call that has
+     * returned then finds the call in the capture's queue (agent/capture.c, flows). */
+    capture_api_exit(ts, cb->correlationId, cb->functionName,
+                     e && (e->cls == CBID_LAUNCH || e->cls == CBID_MEMCPY) &&
+                         (dom == CORR_DOMAIN_RUNTIME || !thread_parent_runtime(ts)) &&
+                         call_succeeded(cb),
+                     exit_ns);
+    corr_table_exit(corr, cb->correlationId, exit_ns);
+  }
   if (is_memory && !thread_inside_memory_call(ts) && call_succeeded(cb))
     track_memory(e, cb);
   thread_pop_call(ts, cb->correlationId);
@@ -294,6 +312,7 @@ static const struct {
 #define N_KINDS (sizeof(activity_kinds) / sizeof(activity_kinds[0]))
 
 static int kind_enabled[N_KINDS];
+static int kind_warned[N_KINDS];
 
 static const CUpti_CallbackId resource_cbids[] = {
     CUPTI_CBID_RESOURCE_CONTEXT_CREATED,  CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
@@ -375,7 +394,8 @@ out:
   return ret;
 }
 
-void subscriber_enable(void)
+/* The API callbacks of the cbid table on or off; returns how many could not be switched. */
+static unsigned set_api_callbacks(uint32_t enable)
 {
   const struct cbid_entry *table;
   unsigned n, failed = 0;
@@ -383,13 +403,21 @@ void subscriber_enable(void)
 
   table = cbid_table(&n);
   for (unsigned i = 0; i < n; i++) {
-    res = cupti_fn.EnableCallback(1, subscriber, table[i].domain, table[i].cbid);
+    res = cupti_fn.EnableCallback(enable, subscriber, table[i].domain, table[i].cbid);
     if (res != CUPTI_SUCCESS) {
       failed++;
-      log_debug("cannot enable callback %u in domain %d: %s", table[i].cbid, table[i].domain,
-                cupti_result_string(res));
+      log_debug("cannot %s callback %u in domain %d: %s", enable ? "enable" : "disable",
+                table[i].cbid, table[i].domain, cupti_result_string(res));
     }
   }
+  return failed;
+}
+
+static unsigned enable_resource_callbacks(void)
+{
+  unsigned failed = 0;
+  CUptiResult res;
+
   for (unsigned i = 0; i < sizeof(resource_cbids) / sizeof(resource_cbids[0]); i++) {
     res = cupti_fn.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, resource_cbids[i]);
     if (res != CUPTI_SUCCESS) {
@@ -398,17 +426,64 @@ void subscriber_enable(void)
                 cupti_result_string(res));
     }
   }
-  if (failed)
-    log_info("%u of %zu callbacks could not be enabled (run with GPUPROF_LOG=debug for the list)",
-             failed, (size_t)n + sizeof(resource_cbids) / sizeof(resource_cbids[0]));
+  return failed;
+}
+
+/* Enables the kinds that are off: the object kinds (dump) or the others. */
+static void enable_kinds(int dump)
+{
+  CUptiResult res;
 
   for (unsigned i = 0; i < N_KINDS; i++) {
+    if (kind_enabled[i] || activity_kinds[i].dump != dump)
+      continue;
     res = activity_kinds[i].dump ? cupti_fn.ActivityEnableAndDump(activity_kinds[i].kind)
                                  : cupti_fn.ActivityEnable(activity_kinds[i].kind);
     kind_enabled[i] = res == CUPTI_SUCCESS;
-    if (res != CUPTI_SUCCESS)
+    /* Once per kind: on-demand captures enable the kinds again each time. */
+    if (res != CUPTI_SUCCESS && !kind_warned[i]) {
+      kind_warned[i] = 1;
       log_warn("cannot enable CUPTI activity kind %s: %s; continuing without those records",
                activity_kinds[i].name, cupti_result_string(res));
+    }
+  }
+}
+
+void subscriber_enable(void)
+{
+  unsigned n, failed;
+
+  cbid_table(&n);
+  failed = set_api_callbacks(1) + enable_resource_callbacks();
+  if (failed)
+    log_info("%u of %zu callbacks could not be enabled (run with GPUPROF_LOG=debug for the list)",
+             failed, (size_t)n + sizeof(resource_cbids) / sizeof(resource_cbids[0]));
+  enable_kinds(0);
+  enable_kinds(1);
+}
+
+void subscriber_enable_ondemand(void)
+{
+  if (enable_resource_callbacks())
+    log_info("some resource callbacks could not be enabled (run with GPUPROF_LOG=debug)");
+  enable_kinds(1);
+}
+
+void subscriber_capture_begin(int api_callbacks)
+{
+  if (api_callbacks && set_api_callbacks(1))
+    log_info("some API callbacks could not be enabled (run with GPUPROF_LOG=debug)");
+  enable_kinds(0);
+}
+
+void subscriber_capture_end(void)
+{
+  set_api_callbacks(0);
+  for (unsigned i = 0; i < N_KINDS; i++) {
+    if (kind_enabled[i] && !activity_kinds[i].dump) {
+      cupti_fn.ActivityDisable(activity_kinds[i].kind);
+      kind_enabled[i] = 0;
+    }
   }
 }
 

@@ -20,6 +20,14 @@ int subscriber_start(struct corr_table *corr, struct alloc_map *allocs, char *re
  * about once and skipped). Call once the agent state is ACTIVE. */
 void subscriber_enable(void);
 
+/* GPUPROF_MODE=ondemand, instead of subscriber_enable: only the resource callbacks and the
+ * device/context/stream records until a capture starts. */
+void subscriber_enable_ondemand(void);
+/* On-demand capture start: the activity kinds, and the API callbacks if api_callbacks. */
+void subscriber_capture_begin(int api_callbacks);
+/* On-demand capture end (after a FlushAll): API callbacks and trace kinds off again. */
+void subscriber_capture_end(void);
+
 /* Exit: disables the activity kinds so that no new records are produced. */
 void subscriber_disable_activity(void);
 

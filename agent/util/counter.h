@@ -5,13 +5,17 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define COUNTER_STRIPES 32
+#define COUNTER_STRIPES 64
+#define COUNTER_SHARED_STRIPE (COUNTER_STRIPES - 1)
 
 /*
  * Callbacks of every application thread count API calls; one shared atomic would bounce a
- * cache line between all of them. A thread picks its stripe from its tid, so increments are
- * uncontended relaxed adds in practice. The sum is exact once the adders have stopped, and a
- * slightly stale snapshot otherwise.
+ * cache line between all of them, and even an uncontended atomic add is a locked instruction
+ * on every call. So the first COUNTER_STRIPES - 1 threads that count each own a stripe (their
+ * counter_slot, agent/thread.h, claimed once per thread) and add with a plain load and store: no
+ * other thread writes it, readers only load it. Later threads share the last stripe with atomic
+ * adds. The sum is exact once the adders have stopped, and a slightly stale snapshot
+ * otherwise. A stripe stays with its thread after the thread exits, which keeps its counts.
  */
 struct striped_counter {
   struct {
@@ -19,9 +23,18 @@ struct striped_counter {
   } stripe[COUNTER_STRIPES];
 };
 
-static inline void striped_counter_add(struct striped_counter *c, unsigned hint, uint64_t n)
+/* slot: the calling thread's own stripe (below COUNTER_SHARED_STRIPE: no other thread has it),
+ * or COUNTER_SHARED_STRIPE. */
+static inline void striped_counter_add(struct striped_counter *c, uint32_t slot, uint64_t n)
 {
-  atomic_fetch_add_explicit(&c->stripe[hint % COUNTER_STRIPES].value, n, memory_order_relaxed);
+  _Atomic uint64_t *v =
+      &c->stripe[slot < COUNTER_SHARED_STRIPE ? slot : COUNTER_SHARED_STRIPE].value;
+
+  if (slot < COUNTER_SHARED_STRIPE)
+    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit(v, n, memory_order_relaxed);
 }
 
 static inline uint64_t striped_counter_sum(struct striped_counter *c)

@@ -14,20 +14,30 @@ void fd_writer_init(struct fd_writer *w, int fd)
   w->len = 0;
 }
 
-static int write_all(struct fd_writer *w, const char *p, size_t len)
+int fd_write_all(int fd, const void *buf, size_t len)
 {
+  const char *p = buf;
+
   while (len > 0) {
-    ssize_t n = write(w->fd, p, len);
+    ssize_t n = write(fd, p, len);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      w->err = -errno;
-      return w->err;
+      return -errno;
     }
     p += n;
     len -= (size_t)n;
   }
   return 0;
+}
+
+static int write_all(struct fd_writer *w, const char *p, size_t len)
+{
+  int ret = fd_write_all(w->fd, p, len);
+
+  if (ret)
+    w->err = ret;
+  return ret;
 }
 
 int fd_writer_flush(struct fd_writer *w)

@@ -6,6 +6,9 @@
 
 #define FD_WRITER_BUF 4096
 
+/* write(2) until all of buf is written, retrying on EINTR. 0 or -errno. */
+int fd_write_all(int fd, const void *buf, size_t len);
+
 /*
  * Caller-owned (usually on the stack). Errors are sticky: after the first failed write(2)
  * every later call returns the same -errno and writes nothing, so a caller may check once

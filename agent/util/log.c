@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/util/fdwriter.h"
+
 #define LOG_LINE_MAX 1024
 
 atomic_int log_threshold = LOG_WARN;
@@ -17,21 +19,6 @@ static __thread int log_busy;
 void log_set_level(enum log_level level)
 {
   atomic_store_explicit(&log_threshold, (int)level, memory_order_relaxed);
-}
-
-static int write_all(int fd, const char *p, size_t len)
-{
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
 }
 
 void log_write(enum log_level level, const char *module, const char *fmt, ...)
@@ -63,7 +50,7 @@ void log_write(enum log_level level, const char *module, const char *fmt, ...)
     len = sizeof(line) - 2;
   line[len++] = '\n';
 
-  write_all(STDERR_FILENO, line, len);
+  fd_write_all(STDERR_FILENO, line, len);
   log_busy = 0;
   errno = saved;
 }

@@ -41,34 +41,45 @@ trap 'rm -rf "$out"' EXIT
 
 # The three configurations are interleaved (a b c a b c ...) so that drift in the machine's
 # speed (a VM's neighbours) hits all of them alike; each line is one run, then per
-# configuration the median over the runs of their median and of their mean.
-one() { # one <VAR=value>...
+# configuration the median over the runs of their median and of their mean. Two modes:
+# `launch` times cuLaunchKernel; `callbacks` times only the simulator's bracket of a runtime
+# launch call (the subscriber's ENTER and EXIT callbacks, no driver work, no records).
+one() { # one MODE <VAR=value>...
+  local mode=$1
+  shift
   env -u CUDA_INJECTION64_PATH LD_LIBRARY_PATH="$lib" GPUPROF_OUTPUT_DIR="$out" \
-    GPUPROF_STACKS=off "$@" "$prog" "$launches" 100
+    GPUPROF_STACKS=off "$@" "$prog" "$launches" 100 "$mode"
 }
 
-echo
-echo "== launch_overhead: host ns per cuLaunchKernel ($launches launches in batches of 100)"
-for i in $(seq "$repeats"); do
-  echo "a $(one)"
-  echo "b $(one CUDA_INJECTION64_PATH="$null")"
-  echo "c $(one CUDA_INJECTION64_PATH="$agent")"
-done | tee "$out/launch.txt"
-python3 - "$out/launch.txt" <<'PY'
+for mode in launch callbacks; do
+  echo
+  echo "== launch_overhead, mode $mode: host ns per launch ($launches in batches of 100)"
+  for i in $(seq "$repeats"); do
+    echo "a $(one "$mode")"
+    echo "b $(one "$mode" CUDA_INJECTION64_PATH="$null")"
+    echo "c $(one "$mode" CUDA_INJECTION64_PATH="$agent")"
+  done | tee "$out/$mode.txt"
+  python3 - "$out/$mode.txt" "$mode" <<'PY'
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     cfg, rest = line.split(" ", 1)
     runs.setdefault(cfg, []).append({k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", rest)})
-labels = {"a": "(a) simulator, no subscriber",
-          "b": "(b) simulator + do-nothing CUPTI subscriber",
-          "c": "(c) simulator + gpuprof, GPUPROF_STACKS=off"}
+what = "cuLaunchKernel" if sys.argv[2] == "launch" else "callback bracket"
+labels = {"a": f"(a) {what}, no subscriber",
+          "b": f"(b) {what} + do-nothing CUPTI subscriber",
+          "c": f"(c) {what} + gpuprof, GPUPROF_STACKS=off"}
 stat = {}
 for cfg in "abc":
     med = statistics.median(r["median_ns"] for r in runs[cfg])
     mean = statistics.median(r["mean_ns"] for r in runs[cfg])
+    lo = min(r["median_ns"] for r in runs[cfg])
+    hi = max(r["median_ns"] for r in runs[cfg])
     stat[cfg] = (med, mean)
-    print(f"{labels[cfg]:46} median {med:7.1f} ns  mean {mean:7.1f} ns")
-print(f"{'agent share (c) - (b)':46} median {stat['c'][0] - stat['b'][0]:7.1f} ns  "
+    print(f"{labels[cfg]:52} median {med:7.1f} ns  mean {mean:7.1f} ns  (run medians {lo:.0f}-{hi:.0f})")
+print(f"{'simulator callback dispatch (b) - (a)':52} median {stat['b'][0] - stat['a'][0]:7.1f} ns  "
+      f"mean {stat['b'][1] - stat['a'][1]:7.1f} ns")
+print(f"{'agent share (c) - (b)':52} median {stat['c'][0] - stat['b'][0]:7.1f} ns  "
       f"mean {stat['c'][1] - stat['b'][1]:7.1f} ns")
 PY
+done

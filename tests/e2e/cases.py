@@ -16,6 +16,7 @@ Two counters depend on what the agent traces (cupti/cbids.c):
 """
 
 import json
+import re
 import os
 
 from expect import Unordered, V
@@ -449,11 +450,27 @@ def _(f, run, env):
 
 # ---- process lifecycle ----
 
+def summaries(run):
+    return [n for n in run.output_files if n.endswith("-summary.json")]
+
+
+def pids_in_names(run):
+    """The pid in every output file name: gpuprof-<host>-<pid>-<what>."""
+    pids = set()
+    for n in run.output_files:
+        m = re.match(r"gpuprof-.*?-(\d+)-(summary\.json|gpu_time|gpu_memory|memcpy)", n)
+        pids.add(int(m.group(1)) if m else n)
+    return pids
+
+
 @case("fork_after_init")
 def _(f, run, env):
     # Only the parent writes a summary (named by its pid); the child, which left through
     # exit() with the agent's atexit handler inherited, writes nothing.
-    f.eq("files in GPUPROF_OUTPUT_DIR (the parent's summary only)", len(run.output_files), 1)
+    # Only the parent writes outputs (its summary and its pprof windows); the child's pid
+    # appears in no file name.
+    f.eq("summaries in GPUPROF_OUTPUT_DIR (the parent's only)", len(summaries(run)), 1)
+    f.eq("pids in output file names", pids_in_names(run), {run.pid})
     ctx, st = V("ctx:c"), V("stream:s")
     kernels = [
         kernel("_Z9afterForkv", 3, 9000, {"cuLaunchKernel": 3}, [[0, ctx, st]]),
@@ -471,9 +488,9 @@ def _(f, run, env):
     # Three processes used CUDA, so three agents each wrote their own summary: the parent
     # (the program's pid), a child forked before the parent initialised CUDA, and a child
     # started with exec after it. Each summary holds exactly its own process's kernels.
-    f.eq("files in GPUPROF_OUTPUT_DIR (one summary per process)", len(run.output_files), 3)
+    f.eq("summaries in GPUPROF_OUTPUT_DIR (one per process)", len(summaries(run)), 3)
     by_kernel = {}
-    for name in run.output_files:
+    for name in summaries(run):
         with open(os.path.join(env["GPUPROF_OUTPUT_DIR"], name), encoding="utf-8") as fh:
             s = json.load(fh)
         kernels = s.get("kernels", {}).get("by_name", [])
@@ -495,6 +512,7 @@ def _(f, run, env):
                 f"program pid {run.pid})")
     pids = {s.get("pid") for s, _ in by_kernel.values()}
     f.eq("distinct pids of the summaries", len(pids), 3)
+    f.eq("pids in output file names (each process's own files)", pids_in_names(run), pids)
 
 
 def exit_capture(f, run):

@@ -29,6 +29,7 @@ endif()
 #   CUDA_INJECTION64_PATH  the agent as built ($<TARGET_FILE:gpuprof>)
 #   GPUPROF_SUMMARY_FILE   <build>/tests/e2e/out/<name>/summary.json
 #   GPUPROF_OUTPUT_DIR     <build>/tests/e2e/out/<name>/output (nothing lands in /tmp/gpuprof)
+#   GPUPROF_RUN_DIR        <build>/tests/e2e/out/<name>/run (control sockets)
 #   E2E_WORKDIR            <build>/tests/e2e/out/<name> (the runner's scratch space)
 # then the per-test ENVIRONMENT (which may override those) and UNSET. Labels: "e2e" plus LABELS.
 # Skipped with a configure message while the agent or a NEEDS target does not exist yet.
@@ -53,6 +54,7 @@ function(gpuprof_add_e2e_test)
     "CUDA_INJECTION64_PATH=set:$<TARGET_FILE:gpuprof>"
     "GPUPROF_SUMMARY_FILE=set:${work}/summary.json"
     "GPUPROF_OUTPUT_DIR=set:${work}/output"
+    "GPUPROF_RUN_DIR=set:${work}/run"
     "E2E_WORKDIR=set:${work}"
     # Tests must not depend on the developer's environment.
     "GPUPROF_MODE=unset:" "GPUPROF_LOG=unset:" "GPUPROF_WINDOW=unset:" "GPUPROF_STACKS=unset:"

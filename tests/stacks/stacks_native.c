@@ -2,7 +2,8 @@
  * library loaded with dlopen after start, and frames libunwind cannot step through. */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 
 #include "tests/stacks/stk.h"
 
@@ -78,7 +79,41 @@ STK_FRAME static void stk_call_plugin(const char *path)
 
 /* In stacks_nounwind.c: built without unwind tables. */
 void stk_nounwind_launch(CUfunction f);
-void stk_corrupt_fp_launch(CUfunction f);
+void stk_bad_fp_launch(CUfunction f, uint64_t fp);
+
+/*
+ * Launches from a frame without unwind information whose frame pointer is garbage, one
+ * kernel per kind of garbage: a small integer, an address in a PROT_NONE mapping (mapped but
+ * unreadable: a check that the page exists is not enough), a readable chain whose saved frame
+ * pointer leads into that mapping and whose return address lies in no module, a
+ * non-canonical address, and a frame pointer that points at itself. Both unwinders must end
+ * the stack at stk_bad_fp_launch and the process must go on.
+ */
+STK_FRAME static void stk_bad_frames(void)
+{
+  static const char *const kernels[] = {"stk_kernel_corrupt", "stk_kernel_fp_prot_none",
+                                        "stk_kernel_fp_chain", "stk_kernel_fp_noncanonical",
+                                        "stk_kernel_fp_loop"};
+  char *none = mmap(NULL, 2 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uint64_t *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uint64_t fps[5];
+
+  if (none == MAP_FAILED || page == MAP_FAILED)
+    exit(1);
+  page[0] = (uint64_t)(uintptr_t)(none + 4096); /* saved frame pointer: unreadable */
+  page[1] = 0x7fff00001234ull;                  /* return address: no module there */
+  page[8] = (uint64_t)(uintptr_t)&page[8];      /* saved frame pointer: itself */
+  page[9] = 0x7fff00005678ull;
+  fps[0] = 0x10;
+  fps[1] = (uint64_t)(uintptr_t)(none + 64);
+  fps[2] = (uint64_t)(uintptr_t)page;
+  fps[3] = 0x4141414141414141ull;
+  fps[4] = (uint64_t)(uintptr_t)&page[8];
+  for (int i = 0; i < 5; i++)
+    stk_bad_fp_launch(stk_kernel(kernels[i]), fps[i]);
+  munmap(none, 2 * 4096);
+  munmap(page, 4096);
+}
 
 int main(int argc, char **argv)
 {
@@ -86,7 +121,7 @@ int main(int argc, char **argv)
   pthread_t th[N_THREADS];
 
   if (argc < 2) {
-    fprintf(stderr, "usage: %s PLUGIN.so [--no-corrupt]\n", argv[0]);
+    fprintf(stderr, "usage: %s PLUGIN.so\n", argv[0]);
     return 2;
   }
   ctx = stk_context();
@@ -104,9 +139,7 @@ int main(int argc, char **argv)
     pthread_join(th[i], NULL);
   stk_call_plugin(argv[1]);
   stk_nounwind_launch(stk_kernel("stk_kernel_nounwind"));
-  /* Only for the safe unwinder: the default one may crash on it (agent/unwind.h). */
-  if (argc < 3 || strcmp(argv[2], "--no-corrupt") != 0)
-    stk_corrupt_fp_launch(stk_kernel("stk_kernel_corrupt"));
+  stk_bad_frames();
   STK_CU(cuCtxSynchronize());
   printf("stacks_native: done\n");
   return 0;

@@ -68,6 +68,40 @@ static void test_basic(void)
   corr_table_free(NULL);
 }
 
+/* The exit word: ns up to 2^40 ns after ENTER, µs beyond; a clock stepped back gives 0. */
+static void test_exit_times(void)
+{
+  struct corr_table *t = corr_table_new(1024);
+  struct corr_info in, out;
+  uint64_t long_call = (1ull << 40) + 123456789;
+
+  fill(&in, 7);
+  corr_table_enter(t, &in);
+  corr_table_exit(t, 7, in.enter_ns + (1ull << 40) - 1);
+  CHECK_EQ(corr_table_lookup(t, 7, &out), 0);
+  CHECK_EQ(out.exit_ns, in.enter_ns + (1ull << 40) - 1);
+
+  fill(&in, 8);
+  corr_table_enter(t, &in);
+  corr_table_exit(t, 8, in.enter_ns + long_call);
+  CHECK_EQ(corr_table_lookup(t, 8, &out), 0);
+  CHECK_EQ(out.exit_ns, in.enter_ns + long_call / 1000 * 1000);
+
+  fill(&in, 9);
+  corr_table_enter(t, &in);
+  corr_table_exit(t, 9, in.enter_ns - 50);
+  CHECK_EQ(corr_table_lookup(t, 9, &out), 0);
+  CHECK_EQ(out.exit_ns, in.enter_ns);
+
+  /* The highest ids: the tag still tells the slot's calls apart. */
+  fill(&in, 0xfffffc00u + 9);
+  corr_table_enter(t, &in);
+  corr_table_exit(t, 0xfffffc00u + 9, in.enter_ns + 5);
+  CHECK_EQ(corr_table_lookup(t, 0xfffffc00u + 9, &out), 0);
+  CHECK_EQ(out.exit_ns, in.enter_ns + 5);
+  corr_table_free(t);
+}
+
 #define WRITERS 4
 #define PER_WRITER 200000
 
@@ -123,6 +157,7 @@ static void test_concurrent(void)
 int main(void)
 {
   RUN(test_basic);
+  RUN(test_exit_times);
   RUN(test_concurrent);
   UNIT_EXIT();
 }

@@ -1,6 +1,9 @@
 /* Unit tests of the per-thread API call stack (agent/thread.c). */
+#include <pthread.h>
+
 #include "agent/corr.h"
 #include "agent/thread.h"
+#include "agent/util/counter.h"
 #include "unit.h"
 
 static void test_nesting(void)
@@ -49,9 +52,46 @@ static void test_deep(void)
   CHECK_EQ(ts->depth, 0);
 }
 
+/* Each thread owns a counter stripe (plain adds): the sum must still be exact. */
+#define COUNT_THREADS 8
+#define COUNT_ADDS 100000
+
+static struct striped_counter counted;
+static uint32_t slots[COUNT_THREADS];
+
+static void *count_thread(void *arg)
+{
+  struct thread_state *ts = thread_state_get();
+
+  slots[(uintptr_t)arg] = ts->counter_slot;
+  for (int i = 0; i < COUNT_ADDS; i++)
+    striped_counter_add(&counted, ts->counter_slot, 1);
+  return NULL;
+}
+
+static void test_counter_slots(void)
+{
+  pthread_t th[COUNT_THREADS];
+
+  for (uintptr_t i = 0; i < COUNT_THREADS; i++)
+    CHECK_EQ(pthread_create(&th[i], NULL, count_thread, (void *)i), 0);
+  for (int i = 0; i < COUNT_THREADS; i++)
+    pthread_join(th[i], NULL);
+  /* Fewer threads than stripes: all own one, none the same, none the shared one. */
+  for (int i = 0; i < COUNT_THREADS; i++) {
+    CHECK(slots[i] < COUNTER_SHARED_STRIPE);
+    for (int j = 0; j < i; j++)
+      CHECK(slots[i] != slots[j]);
+  }
+  /* Adds from the shared stripe are atomic. */
+  striped_counter_add(&counted, COUNTER_SHARED_STRIPE, 5);
+  CHECK_EQ(striped_counter_sum(&counted), (uint64_t)COUNT_THREADS * COUNT_ADDS + 5);
+}
+
 int main(void)
 {
   RUN(test_nesting);
   RUN(test_deep);
+  RUN(test_counter_slots);
   UNIT_EXIT();
 }

@@ -1,0 +1,1090 @@
+/* Trace captures: feeds the worker's decoded events and the threads' API calls to a trace writer.
+ */
+#define LOG_MODULE "capture"
+#include "agent/capture.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "agent/aggregate.h"
+#include "agent/alloc_map.h"
+#include "agent/corr.h"
+#include "agent/ctx_map.h"
+#include "agent/event.h"
+#include "agent/thread.h"
+#include "agent/util/clock.h"
+#include "agent/util/export.h"
+#include "agent/util/guard.h"
+#include "agent/util/files.h"
+#include "agent/util/log.h"
+#include "agent/worker.h"
+#include "cupti/loader.h"
+#include "cupti/subscriber.h"
+#include "export/trace.h"
+#include "gpuprof/gpuprof.h"
+
+/*
+ * Threads and ownership:
+ *  - capture_start (any thread but a callback) opens the file, fills `cap` under cap.lock and
+ *    publishes the writer in cap.live; from then on only the worker thread writes to it.
+ *  - Application threads queue API calls into their own single-producer ring (below); the
+ *    worker drains the rings.
+ *  - The worker ends a capture in its tick (deadline, stop request, size cap, write error):
+ *    stops API recording, flushes CUPTI once, and closes the file at the next tick, so that
+ *    records completed before the end are written. agent_shutdown closes a running one after
+ *    the worker's final batch (capture_shutdown).
+ * cap.lock is held only for a few assignments, never across I/O or CUPTI calls.
+ */
+
+/* ---- per-thread API rings ---- */
+
+#define RING_SIZE 8192u /* calls a thread can queue between two drains (32 B each) */
+#define RING_MASK (RING_SIZE - 1)
+
+struct api_rec {
+  const char *name; /* CUPTI functionName: a global constant */
+  uint64_t enter_ns, exit_ns;
+  uint32_t corr_id;
+  uint32_t flow;
+};
+
+struct api_ring {
+  _Atomic uint32_t head; /* the owning thread's next slot */
+  _Atomic uint32_t tail; /* the worker's next slot */
+  uint32_t tid;
+  atomic_int exited; /* the owner thread ended: reusable once drained */
+  atomic_int free;   /* no owner: a new thread may claim it */
+  _Atomic uint64_t dropped;
+  char comm[16];         /* the owner's name when it claimed the ring */
+  struct api_ring *next; /* immutable once published */
+  struct api_rec recs[RING_SIZE];
+};
+
+static _Atomic(struct api_ring *) rings; /* push-only list */
+static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t ring_key;
+static int ring_key_ok;
+static _Atomic uint64_t rings_failed; /* calls not queued: no ring could be allocated */
+
+atomic_int capture_api_on;
+
+/* Thread exit (pthread key destructor): the worker frees the ring once it has drained it. */
+static void ring_thread_exit(void *p)
+{
+  struct api_ring *r = p;
+  struct thread_state *ts = thread_state_get();
+
+  /* A CUDA call from a later destructor must not write into a ring that is being recycled. */
+  if (ts->capture_ring == r)
+    ts->capture_ring = NULL;
+  atomic_store_explicit(&r->exited, 1, memory_order_release);
+}
+
+static struct api_ring *ring_claim(uint32_t tid)
+{
+  struct api_ring *r;
+
+  pthread_mutex_lock(&rings_lock);
+  for (r = atomic_load_explicit(&rings, memory_order_acquire); r; r = r->next)
+    if (atomic_load_explicit(&r->free, memory_order_acquire))
+      break;
+  if (!r) {
+    /* Once per thread, and only while a capture records: the one allocation on this path. */
+    r = calloc(1, sizeof(*r));
+    if (r) {
+      r->next = atomic_load_explicit(&rings, memory_order_relaxed);
+      atomic_store_explicit(&rings, r, memory_order_release);
+    }
+  }
+  if (r) {
+    r->tid = tid;
+    if (prctl(PR_GET_NAME, r->comm) != 0)
+      r->comm[0] = '\0';
+    atomic_store_explicit(&r->exited, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->free, 0, memory_order_release);
+  }
+  pthread_mutex_unlock(&rings_lock);
+  if (r && ring_key_ok)
+    pthread_setspecific(ring_key, r);
+  return r;
+}
+
+void capture_api_exit(struct thread_state *ts, uint32_t corr_id, const char *function_name,
+                      int flow, uint64_t exit_ns)
+{
+  struct thread_call *top = thread_top_call(ts);
+  struct api_ring *r = ts->capture_ring;
+  struct api_rec *rec;
+  uint32_t h, t;
+
+  /* The ENTER was seen (not a call that was open when callbacks were switched on). */
+  if (!top || top->corr_id != corr_id || !top->enter_ns || !function_name)
+    return;
+  if (!r) {
+    r = ring_claim(ts->tid);
+    if (!r) {
+      atomic_fetch_add_explicit(&rings_failed, 1, memory_order_relaxed);
+      return;
+    }
+    ts->capture_ring = r;
+  }
+  h = atomic_load_explicit(&r->head, memory_order_relaxed);
+  t = atomic_load_explicit(&r->tail, memory_order_acquire);
+  if (h - t >= RING_SIZE) {
+    atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
+    return;
+  }
+  rec = &r->recs[h & RING_MASK];
+  rec->name = function_name;
+  rec->enter_ns = top->enter_ns;
+  rec->exit_ns = exit_ns;
+  rec->corr_id = corr_id;
+  rec->flow = (uint32_t)flow;
+  atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+/* ---- the capture ---- */
+
+enum phase {
+  PHASE_IDLE = 0,
+  PHASE_RUNNING,
+  PHASE_ENDING, /* end decided; one CUPTI flush delivered, the file closes at the next tick */
+};
+
+#define PENDING_SIZE 65536u /* launches/copies waiting for their GPU record (flows) */
+#define PENDING_MASK (PENDING_SIZE - 1)
+#define FLOW_WAIT_NS (10ull * 1000000000ull) /* a launch's GPU record arrives within this */
+#define NAMED_SIZE 4096u                     /* threads named per capture */
+#define MAX_DEVICES 64
+
+struct pending {
+  struct api_rec rec;
+  uint32_t tid; /* 0: empty slot */
+};
+
+/* A GPU record that arrived before its call returned (a synchronous copy delivered by a flush
+ * in between): held until the call is drained. */
+#define GPU_WAIT_SIZE 1024u
+struct gpu_wait {
+  struct trace_gpu_slice s;
+  uint32_t flow_corr; /* 0: empty slot */
+  uint64_t since_ns;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t done;
+  const struct config *cfg;
+  struct alloc_map *allocs;
+  int ready; /* capture_init succeeded */
+  /* Guarded by lock. */
+  enum phase phase;
+  int stop_requested;
+  int switching; /* capture_start is between opening the file and publishing it */
+  int shutdown;
+  uint64_t next_id;
+  struct capture_status st;
+  /* Set by capture_start under lock, then read-only until the capture ends. */
+  struct trace_writer *writer;
+  uint64_t start_ns, deadline_ns;
+  int gpu_only;
+  const char *trigger;
+  char path[CONFIG_PATH_MAX];
+  uint64_t mem_base[MAX_DEVICES];
+  uint64_t dropped_at_start, zero_ts_at_start;
+  /* Published writer: the worker's event path loads it without the lock. */
+  _Atomic(struct trace_writer *) live;
+} cap = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER,
+};
+
+/* Worker-thread-only state of the capture being written. */
+static struct {
+  struct trace_writer *w;    /* adopted cap.live */
+  uint64_t start_ns, end_ns; /* window; end_ns UINT64_MAX while running */
+  int flows;
+  int cap_hit, error;
+  int flushed; /* the ENDING flush was issued */
+  uint64_t ring_dropped;
+  uint64_t events_since_drain;
+  int64_t mem[MAX_DEVICES];
+  struct pending *pending;
+  struct gpu_wait *gpu_wait;
+  uint32_t *named; /* tids named in this capture (open addressing, 0 empty) */
+  uint64_t named_full;
+  char dev_names[MAX_DEVICES][64]; /* kept across captures: DEVICE records come once */
+} wk;
+
+/* Orders on-demand enabling (capture_start) before disabling (the worker's end of it). */
+static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *trigger_name(const char *t)
+{
+  return t && *t ? t : "control";
+}
+
+/* /proc/self/cmdline with spaces between the arguments. */
+static void read_cmdline(char *buf, size_t len)
+{
+  ssize_t n = -1;
+  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+  buf[0] = '\0';
+  if (fd >= 0) {
+    n = read(fd, buf, len - 1);
+    close(fd);
+  }
+  if (n <= 0)
+    return;
+  buf[n] = '\0';
+  for (ssize_t i = 0; i < n - 1; i++)
+    if (buf[i] == '\0')
+      buf[i] = ' ';
+}
+
+static enum trace_format to_trace_format(int f)
+{
+  switch (f) {
+  case CONFIG_TRACE_JSON:
+    return TRACE_FORMAT_JSON;
+  case CONFIG_TRACE_PERFETTO:
+    return TRACE_FORMAT_PERFETTO;
+  default:
+    return TRACE_FORMAT_JSON_GZ;
+  }
+}
+
+/*
+ * gpuprof-<host>-<pid>-<UTC time>-capture<suffix>, or with "-<id>" before the suffix if that
+ * exists (two captures in one second). Written under its final name, not a temporary one: a
+ * capture killed with its process must stay where users and `gpuprof list` look.
+ */
+static int make_path(const char *dir, enum trace_format f, uint64_t id, uint64_t now_ns, char *out,
+                     size_t len)
+{
+  char host[256], stamp[32];
+  int n;
+
+  files_hostname(host, sizeof(host));
+  files_utc_stamp(now_ns, stamp, sizeof(stamp));
+  n = snprintf(out, len, "%s/gpuprof-%s-%d-%s-capture%s", dir, host, (int)getpid(), stamp,
+               trace_format_suffix(f));
+  if (n < 0 || (size_t)n >= len)
+    return -ENAMETOOLONG;
+  if (access(out, F_OK) == 0) {
+    n = snprintf(out, len, "%s/gpuprof-%s-%d-%s-capture-%llu%s", dir, host, (int)getpid(), stamp,
+                 (unsigned long long)id, trace_format_suffix(f));
+    if (n < 0 || (size_t)n >= len)
+      return -ENAMETOOLONG;
+  }
+  return 0;
+}
+
+int capture_start(const struct capture_params *p, char *err, size_t err_len)
+{
+  char cmdline[2048], pname[300], host[256] = "", version[64];
+  struct alloc_map_stats *mem = NULL;
+  struct worker_stats ws;
+  struct trace_meta meta;
+  struct trace_writer *w = NULL;
+  enum trace_format fmt;
+  const char *dir;
+  uint64_t id, duration, now;
+  int gpu_only, ret = 0, saved, entered;
+
+  if (err_len)
+    err[0] = '\0';
+  entered = guard_enter(&saved);
+  if (!cap.ready || !agent_is_active()) {
+    snprintf(err, err_len, "gpuprof is not active in pid %d", (int)getpid());
+    ret = -ENODEV;
+    goto out_unguarded;
+  }
+  if (!p || (p->gpu_only != -1 && p->gpu_only != 0 && p->gpu_only != 1) ||
+      (p->format != -1 && (p->format < CONFIG_TRACE_JSON || p->format > CONFIG_TRACE_PERFETTO)) ||
+      p->duration_ns > 24ull * 3600 * 1000000000ull) {
+    snprintf(err, err_len,
+             "invalid capture parameters (duration at most 24h, format json, "
+             "json.gz or perfetto)");
+    ret = -EINVAL;
+    goto out_unguarded;
+  }
+  pthread_mutex_lock(&cap.lock);
+  if (cap.phase != PHASE_IDLE || cap.switching || cap.shutdown) {
+    ret = cap.shutdown ? -ESHUTDOWN : -EBUSY;
+    pthread_mutex_unlock(&cap.lock);
+    snprintf(err, err_len,
+             ret == -EBUSY ? "a capture is already running in pid %d" : "pid %d is exiting",
+             (int)getpid());
+    goto out_unguarded;
+  }
+  cap.switching = 1;
+  id = ++cap.next_id;
+  pthread_mutex_unlock(&cap.lock);
+
+  duration = p->duration_ns ? p->duration_ns : CAPTURE_DEFAULT_DURATION_NS;
+  gpu_only = p->gpu_only == -1 ? cap.cfg->gpu_only : p->gpu_only;
+  fmt = to_trace_format(p->format == -1 ? (int)cap.cfg->trace_format : p->format);
+  dir = p->output_dir[0] ? p->output_dir : cap.cfg->output_dir;
+  now = clock_realtime_ns();
+
+  ret = files_mkdir_p(dir, 0755);
+  if (ret) {
+    snprintf(err, err_len, "cannot create the output directory %s: %s", dir, strerror(-ret));
+    goto out;
+  }
+  ret = make_path(dir, fmt, id, now, cap.path, sizeof(cap.path));
+  if (ret) {
+    snprintf(err, err_len, "the output directory name is too long: %s", dir);
+    goto out;
+  }
+  read_cmdline(cmdline, sizeof(cmdline));
+  files_hostname(host, sizeof(host));
+  snprintf(pname, sizeof(pname), "%s (%d)", program_invocation_short_name, (int)getpid());
+  snprintf(version, sizeof(version), "gpuprof %s", GPUPROF_VERSION_STRING);
+  memset(&meta, 0, sizeof(meta));
+  meta.base_ns = now;
+  meta.pid = (uint32_t)getpid();
+  meta.process_name = pname;
+  meta.command_line = cmdline[0] ? cmdline : NULL;
+  meta.hostname = host[0] ? host : NULL;
+  meta.agent_version = version;
+  meta.size_cap_bytes = cap.cfg->trace_max_size;
+  meta.flows = !gpu_only;
+  meta.gzip_level = 1;
+  w = trace_writer_open(cap.path, fmt, &meta);
+  if (!w) {
+    ret = -errno;
+    snprintf(err, err_len, "cannot create %s: %s", cap.path, strerror(errno));
+    goto out;
+  }
+  trace_writer_meta_string(w, "capture_trigger", trigger_name(p->trigger));
+  trace_writer_meta_uint(w, "capture_id", id);
+  trace_writer_meta_uint(w, "capture_start_ns", now);
+  trace_writer_meta_uint(w, "gpu_only", (uint64_t)gpu_only);
+  trace_writer_meta_string(w, "mode", config_mode_name(cap.cfg->mode));
+
+  /* The memory counter starts from what the agent knows is in use (nothing in on-demand
+   * mode, where allocations are only seen during captures). */
+  memset(cap.mem_base, 0, sizeof(cap.mem_base));
+  if (cap.cfg->mode == CONFIG_MODE_CONTINUOUS && cap.allocs && (mem = malloc(sizeof(*mem)))) {
+    alloc_map_get_stats(cap.allocs, mem);
+    for (int d = 0; d < MAX_DEVICES && d < ALLOC_MAX_DEVICES; d++)
+      cap.mem_base[d] = mem->dev[d + 1].in_use;
+    free(mem);
+  }
+  worker_get_stats(&ws);
+
+  pthread_mutex_lock(&switch_lock);
+  pthread_mutex_lock(&cap.lock);
+  cap.writer = w;
+  cap.start_ns = now;
+  cap.deadline_ns = now + duration;
+  cap.gpu_only = gpu_only;
+  cap.trigger = trigger_name(p->trigger);
+  cap.dropped_at_start = ws.dropped_records;
+  cap.zero_ts_at_start = ws.zero_timestamps;
+  cap.stop_requested = 0;
+  cap.phase = PHASE_RUNNING;
+  cap.switching = 0;
+  memset(&cap.st, 0, sizeof(cap.st));
+  cap.st.state = CAPTURE_RUNNING;
+  cap.st.id = id;
+  cap.st.gpu_only = gpu_only;
+  cap.st.started_ns = now;
+  cap.st.ends_ns = cap.deadline_ns;
+  atomic_store_explicit(&cap.live, w, memory_order_release);
+  if (!gpu_only)
+    atomic_store_explicit(&capture_api_on, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&cap.lock);
+
+  /* On demand, collection starts now (cupti.md 2.8); continuous mode already collects. */
+  if (cap.cfg->mode == CONFIG_MODE_ONDEMAND)
+    subscriber_capture_begin(!gpu_only);
+  pthread_mutex_unlock(&switch_lock);
+  log_info("capture %llu started (%s%s, %llu ms, trigger %s): %s", (unsigned long long)id,
+           trace_format_suffix(fmt) + 1, gpu_only ? ", GPU only" : "",
+           (unsigned long long)(duration / 1000000), trigger_name(p->trigger), cap.path);
+  w = NULL;
+out:
+  if (w)
+    trace_writer_close(w);
+  if (ret) {
+    pthread_mutex_lock(&cap.lock);
+    cap.switching = 0;
+    cap.st.last_error = ret;
+    pthread_mutex_unlock(&cap.lock);
+  }
+out_unguarded:
+  if (entered)
+    guard_leave(saved);
+  return ret;
+}
+
+int capture_stop(void)
+{
+  struct timespec deadline;
+  uint64_t id, wait_ns;
+  int ret = 0;
+
+  pthread_mutex_lock(&cap.lock);
+  if (cap.phase == PHASE_IDLE) {
+    pthread_mutex_unlock(&cap.lock);
+    return -ENOENT;
+  }
+  id = cap.st.id;
+  if (!cap.stop_requested) {
+    cap.stop_requested = 1;
+    /* The window ends now, not when the worker notices. */
+    if (cap.deadline_ns > clock_realtime_ns())
+      cap.deadline_ns = clock_realtime_ns();
+    cap.st.ends_ns = cap.deadline_ns;
+  }
+  /* The worker ends it within two flush intervals; bounded anyway. */
+  wait_ns = 3 * (cap.cfg ? cap.cfg->flush_interval_ns : 500000000ull) + 5000000000ull;
+  deadline = clock_ns_to_timespec(clock_realtime_ns() + wait_ns);
+  while (cap.phase != PHASE_IDLE && cap.st.id == id && !cap.shutdown && ret != ETIMEDOUT)
+    ret = pthread_cond_timedwait(&cap.done, &cap.lock, &deadline);
+  pthread_mutex_unlock(&cap.lock);
+  return 0;
+}
+
+void capture_get_status(struct capture_status *out)
+{
+  pthread_mutex_lock(&cap.lock);
+  *out = cap.st;
+  pthread_mutex_unlock(&cap.lock);
+}
+
+/* ---- worker side ---- */
+
+static int note_write(int ret)
+{
+  if (ret == -EFBIG)
+    wk.cap_hit = 1;
+  else if (ret && ret != -EINVAL && !wk.error)
+    wk.error = ret;
+  return ret;
+}
+
+/* Reads /proc/self/task/<tid>/comm (the thread's current name), else the name it had. */
+static void name_thread(uint32_t tid, const char *comm)
+{
+  char path[64], name[64];
+  uint32_t h;
+  ssize_t n = -1;
+  int fd;
+
+  if (!wk.named)
+    return;
+  h = (tid * 2654435761u) & (NAMED_SIZE - 1);
+  for (uint32_t i = 0; i < NAMED_SIZE; i++, h = (h + 1) & (NAMED_SIZE - 1)) {
+    if (wk.named[h] == tid)
+      return;
+    if (wk.named[h] == 0)
+      break;
+  }
+  if (wk.named[h] != 0) {
+    wk.named_full++;
+    return;
+  }
+  wk.named[h] = tid;
+  if (tid == (uint32_t)getpid()) {
+    note_write(trace_writer_thread_name(wk.w, tid, "main"));
+    return;
+  }
+  snprintf(path, sizeof(path), "/proc/self/task/%u/comm", tid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    n = read(fd, name, sizeof(name) - 1);
+    close(fd);
+  }
+  if (n > 0) {
+    name[n] = '\0';
+    name[strcspn(name, "\n")] = '\0';
+  } else {
+    snprintf(name, sizeof(name), "%s", comm);
+  }
+  if (name[0])
+    note_write(trace_writer_thread_name(wk.w, tid, name));
+}
+
+static void write_api(uint32_t tid, const struct api_rec *rec, uint64_t flow)
+{
+  char name[128];
+
+  aggregate_api_base_name(rec->name, name, sizeof(name));
+  note_write(
+      trace_writer_api_slice(wk.w, tid, name, rec->enter_ns, rec->exit_ns, rec->corr_id, flow));
+}
+
+static void pending_flush_one(struct pending *p)
+{
+  if (p->tid) {
+    write_api(p->tid, &p->rec, 0);
+    p->tid = 0;
+  }
+}
+
+static void gpu_wait_flush_one(struct gpu_wait *g)
+{
+  if (g->flow_corr) {
+    note_write(trace_writer_gpu_slice(wk.w, &g->s));
+    g->flow_corr = 0;
+  }
+}
+
+static void handle_api(uint32_t tid, const char *comm, const struct api_rec *rec)
+{
+  struct pending *p;
+  struct gpu_wait *g;
+
+  /* Calls that returned before this capture (queued at the end of the last one) or that
+   * began after its window. */
+  if (rec->exit_ns < wk.start_ns || rec->enter_ns >= wk.end_ns)
+    return;
+  name_thread(tid, comm);
+  if (!rec->flow || !wk.flows || !wk.pending) {
+    write_api(tid, rec, 0);
+    return;
+  }
+  g = wk.gpu_wait ? &wk.gpu_wait[rec->corr_id & (GPU_WAIT_SIZE - 1)] : NULL;
+  if (g && g->flow_corr == rec->corr_id) {
+    write_api(tid, rec, rec->corr_id);
+    g->s.flow_id = rec->corr_id;
+    note_write(trace_writer_gpu_slice(wk.w, &g->s));
+    g->flow_corr = 0;
+    return;
+  }
+  /* Held until its GPU record arrives, so that the arrow is written only with both ends. */
+  p = &wk.pending[rec->corr_id & PENDING_MASK];
+  pending_flush_one(p);
+  p->rec = *rec;
+  p->tid = tid;
+}
+
+static void drain_rings(void)
+{
+  wk.events_since_drain = 0;
+  for (struct api_ring *r = atomic_load_explicit(&rings, memory_order_acquire); r; r = r->next) {
+    uint32_t t, h;
+    int exited;
+
+    if (atomic_load_explicit(&r->free, memory_order_acquire))
+      continue;
+    /* Read before the head: everything the thread queued before it exited is then seen. */
+    exited = atomic_load_explicit(&r->exited, memory_order_acquire);
+    t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    h = atomic_load_explicit(&r->head, memory_order_acquire);
+    for (; t != h; t++)
+      if (wk.w)
+        handle_api(r->tid, r->comm, &r->recs[t & RING_MASK]);
+    atomic_store_explicit(&r->tail, t, memory_order_release);
+    wk.ring_dropped += atomic_exchange_explicit(&r->dropped, 0, memory_order_relaxed);
+    if (exited) {
+      atomic_store_explicit(&r->head, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->free, 1, memory_order_release);
+    }
+  }
+}
+
+static const char *sync_name(uint32_t type)
+{
+  switch (type) {
+  case EVENT_SYNC_EVENT:
+    return "cudaEventSynchronize";
+  case EVENT_SYNC_STREAM_WAIT_EVENT:
+    return "cudaStreamWaitEvent";
+  case EVENT_SYNC_STREAM:
+    return "cudaStreamSynchronize";
+  case EVENT_SYNC_CONTEXT:
+    return "cudaDeviceSynchronize";
+  default:
+    return "synchronize";
+  }
+}
+
+/* CUpti_ActivityMemoryKind: device, array and managed memory count as the device's. */
+static int is_device_memory(uint8_t kind)
+{
+  return kind == 3 || kind == 4 || kind == 5;
+}
+
+static void write_gpu(const struct event *ev, const struct corr_info *api)
+{
+  struct trace_gpu_slice s;
+  uint32_t flow_corr;
+  struct pending *p;
+
+  memset(&s, 0, sizeof(s));
+  s.start_ns = ev->start_ns;
+  s.end_ns = ev->end_ns;
+  s.device = ev->device;
+  s.stream = ev->stream;
+  s.corr_id = ev->corr_id;
+  s.graph_id = ev->graph_id;
+  s.graph_node_id = ev->graph_node_id;
+  switch (ev->kind) {
+  case EVENT_KERNEL:
+    s.kind = TRACE_GPU_KERNEL;
+    s.name = ev->u.kernel.name;
+    memcpy(s.u.kernel.grid, ev->u.kernel.grid, sizeof(s.u.kernel.grid));
+    memcpy(s.u.kernel.block, ev->u.kernel.block, sizeof(s.u.kernel.block));
+    s.u.kernel.registers_per_thread = ev->u.kernel.registers_per_thread;
+    s.u.kernel.static_smem = (uint32_t)ev->u.kernel.static_smem;
+    s.u.kernel.dynamic_smem = (uint32_t)ev->u.kernel.dynamic_smem;
+    break;
+  case EVENT_MEMCPY:
+    s.kind = TRACE_GPU_MEMCPY;
+    s.u.memcpy.bytes = ev->u.memcpy.bytes;
+    s.u.memcpy.copy_kind = ev->u.memcpy.copy_kind;
+    s.u.memcpy.src_device = ev->u.memcpy.src_device;
+    s.u.memcpy.dst_device = ev->u.memcpy.dst_device;
+    break;
+  default:
+    s.kind = TRACE_GPU_MEMSET;
+    s.u.memset.bytes = ev->u.memset.bytes;
+    s.u.memset.value = ev->u.memset.value;
+    break;
+  }
+  /* The call the aggregate joined (for a memcpy the runtime call when there is one). */
+  flow_corr = api ? api->corr_id : ev->corr_id;
+  if (wk.flows && wk.pending && flow_corr && ev->kind != EVENT_MEMSET) {
+    p = &wk.pending[flow_corr & PENDING_MASK];
+    if ((!p->tid || p->rec.corr_id != flow_corr) && api && api->exit_ns)
+      drain_rings(); /* the call returned: it is queued, just not drained yet */
+    if (p->tid && p->rec.corr_id == flow_corr) {
+      write_api(p->tid, &p->rec, flow_corr);
+      p->tid = 0;
+      s.flow_id = flow_corr;
+    } else if (api && !api->exit_ns && api->corr_id && wk.gpu_wait) {
+      struct gpu_wait *g = &wk.gpu_wait[flow_corr & (GPU_WAIT_SIZE - 1)];
+      gpu_wait_flush_one(g);
+      g->s = s;
+      g->flow_corr = flow_corr;
+      g->since_ns = clock_realtime_ns();
+      return;
+    }
+  }
+  note_write(trace_writer_gpu_slice(wk.w, &s));
+}
+
+static void write_memory(const struct event *ev)
+{
+  uint32_t d = ev->device;
+
+  if (d >= MAX_DEVICES || !is_device_memory(ev->u.memory.memory_kind) ||
+      ev->start_ns < wk.start_ns || ev->start_ns >= wk.end_ns)
+    return;
+  if (ev->u.memory.op == EVENT_MEMORY_ALLOCATION)
+    wk.mem[d] += (int64_t)ev->u.memory.bytes;
+  else if (ev->u.memory.op == EVENT_MEMORY_RELEASE)
+    wk.mem[d] -= (int64_t)ev->u.memory.bytes;
+  else
+    return;
+  /* Frees of memory allocated before an on-demand capture: the counter cannot go below 0. */
+  if (wk.mem[d] < 0)
+    wk.mem[d] = 0;
+  note_write(trace_writer_memory(wk.w, d, ev->start_ns, (uint64_t)wk.mem[d]));
+}
+
+/* First sight of a published writer on the worker: set up what only the worker touches. */
+static void adopt(struct trace_writer *w)
+{
+  pthread_mutex_lock(&cap.lock);
+  wk.start_ns = cap.start_ns;
+  wk.flows = !cap.gpu_only;
+  for (int d = 0; d < MAX_DEVICES; d++)
+    wk.mem[d] = (int64_t)cap.mem_base[d];
+  pthread_mutex_unlock(&cap.lock);
+  wk.w = w;
+  wk.end_ns = UINT64_MAX;
+  wk.cap_hit = wk.error = wk.flushed = 0;
+  wk.ring_dropped = 0;
+  wk.named_full = 0;
+  wk.pending = wk.flows ? calloc(PENDING_SIZE, sizeof(*wk.pending)) : NULL;
+  wk.gpu_wait = wk.flows ? calloc(GPU_WAIT_SIZE, sizeof(*wk.gpu_wait)) : NULL;
+  wk.named = calloc(NAMED_SIZE, sizeof(*wk.named));
+  for (uint32_t d = 0; d < MAX_DEVICES; d++) {
+    if (wk.dev_names[d][0])
+      note_write(trace_writer_device(w, d, wk.dev_names[d]));
+    if (wk.mem[d] > 0)
+      note_write(trace_writer_memory(w, d, wk.start_ns, (uint64_t)wk.mem[d]));
+  }
+}
+
+static void on_event(void *arg, const struct event *ev, const struct corr_info *api)
+{
+  struct trace_writer *w = atomic_load_explicit(&cap.live, memory_order_acquire);
+
+  (void)arg;
+  /* Device names arrive once (at init, or when enabled): kept whether or not a capture runs. */
+  if (ev->kind == EVENT_DEVICE && ev->device < MAX_DEVICES &&
+      strncmp(wk.dev_names[ev->device], ev->u.device.name, sizeof(wk.dev_names[0]) - 1)) {
+    snprintf(wk.dev_names[ev->device], sizeof(wk.dev_names[0]), "%s", ev->u.device.name);
+    if (wk.w)
+      note_write(trace_writer_device(wk.w, ev->device, wk.dev_names[ev->device]));
+  }
+  if (!w)
+    return;
+  if (w != wk.w)
+    adopt(w);
+  if (++wk.events_since_drain >= RING_SIZE / 2)
+    drain_rings();
+  if (ev->start_ns >= wk.end_ns)
+    return;
+  if (event_is_gpu_work(ev)) {
+    if (ev->flags & EVENT_F_NO_TIMING || ev->end_ns < wk.start_ns)
+      return;
+    write_gpu(ev, api);
+  } else if (ev->kind == EVENT_SYNC) {
+    int32_t dev = ctx_map_get(ev->context);
+    if (ev->end_ns < wk.start_ns || !ev->end_ns)
+      return;
+    note_write(trace_writer_sync(wk.w, dev >= 0 ? (uint32_t)dev : 0,
+                                 ev->u.sync.type == EVENT_SYNC_CONTEXT ? UINT32_MAX : ev->stream,
+                                 sync_name(ev->u.sync.type), ev->start_ns, ev->end_ns,
+                                 ev->corr_id));
+  } else if (ev->kind == EVENT_MEMORY) {
+    write_memory(ev);
+  }
+}
+
+/* Writes the end metadata and closes the file; updates the status. Worker (or exit) thread. */
+static void finish(void)
+{
+  struct trace_stats ts;
+  struct worker_stats ws;
+  uint64_t dropped, ring_dropped, end_ns;
+  int ret, cap_hit, error;
+
+  drain_rings();
+  if (wk.pending) {
+    for (uint32_t i = 0; i < PENDING_SIZE; i++)
+      pending_flush_one(&wk.pending[i]);
+  }
+  if (wk.gpu_wait) {
+    for (uint32_t i = 0; i < GPU_WAIT_SIZE; i++)
+      gpu_wait_flush_one(&wk.gpu_wait[i]);
+  }
+  worker_get_stats(&ws);
+  pthread_mutex_lock(&cap.lock);
+  end_ns = cap.deadline_ns;
+  dropped = ws.dropped_records - cap.dropped_at_start;
+  pthread_mutex_unlock(&cap.lock);
+  ring_dropped = wk.ring_dropped + atomic_exchange(&rings_failed, 0);
+  trace_writer_meta_uint(wk.w, "capture_end_ns", end_ns);
+  trace_writer_meta_uint(wk.w, "dropped_records", dropped);
+  trace_writer_meta_uint(wk.w, "dropped_api_calls", ring_dropped);
+  trace_writer_meta_uint(wk.w, "zero_timestamp_records", ws.zero_timestamps - cap.zero_ts_at_start);
+  trace_writer_stats(wk.w, &ts);
+  cap_hit = ts.stopped;
+  error = wk.error;
+  ret = trace_writer_close(wk.w);
+  if (ret && !error)
+    error = ret;
+
+  free(wk.pending);
+  free(wk.gpu_wait);
+  free(wk.named);
+  wk.gpu_wait = NULL;
+  wk.pending = NULL;
+  wk.named = NULL;
+  wk.w = NULL;
+
+  pthread_mutex_lock(&cap.lock);
+  atomic_store_explicit(&cap.live, NULL, memory_order_release);
+  cap.writer = NULL;
+  cap.phase = PHASE_IDLE;
+  cap.st.state = CAPTURE_IDLE;
+  cap.st.ends_ns = end_ns;
+  cap.st.events = ts.events;
+  cap.st.bytes = ts.bytes;
+  cap.st.dropped = dropped + ring_dropped + ts.discarded;
+  cap.st.truncated = cap_hit;
+  cap.st.last_error = error;
+  cap.st.n_files = 1;
+  snprintf(cap.st.files[0], sizeof(cap.st.files[0]), "%s", cap.path);
+  pthread_cond_broadcast(&cap.done);
+  pthread_mutex_unlock(&cap.lock);
+
+  if (error)
+    log_warn("capture %llu ended with an error writing %s: %s; the file may be incomplete",
+             (unsigned long long)cap.st.id, cap.path, strerror(-error));
+  else if (cap_hit)
+    log_warn("capture %llu reached GPUPROF_TRACE_MAX_SIZE=%llu bytes: later events were not "
+             "written (%llu discarded); %s is complete up to there",
+             (unsigned long long)cap.st.id, (unsigned long long)cap.cfg->trace_max_size,
+             (unsigned long long)ts.discarded, cap.path);
+  else
+    log_info("capture %llu finished: %llu events, %llu bytes in %s", (unsigned long long)cap.st.id,
+             (unsigned long long)ts.events, (unsigned long long)ts.bytes, cap.path);
+}
+
+static void on_tick(void *arg, uint64_t now_ns)
+{
+  struct trace_writer *w = atomic_load_explicit(&cap.live, memory_order_acquire);
+  struct trace_stats ts;
+  int begin_end = 0, do_finish = 0;
+
+  (void)arg;
+  if (!w)
+    return;
+  if (w != wk.w)
+    adopt(w);
+  drain_rings();
+  /* Launches whose GPU record did not come within FLOW_WAIT_NS: written without an arrow,
+   * so that a killed process loses at most that much of its host timeline. */
+  if (wk.pending && now_ns > FLOW_WAIT_NS) {
+    for (uint32_t i = 0; i < PENDING_SIZE; i++)
+      if (wk.pending[i].tid && wk.pending[i].rec.exit_ns < now_ns - FLOW_WAIT_NS)
+        pending_flush_one(&wk.pending[i]);
+  }
+  if (wk.gpu_wait) {
+    for (uint32_t i = 0; i < GPU_WAIT_SIZE; i++)
+      if (wk.gpu_wait[i].flow_corr && wk.gpu_wait[i].since_ns + FLOW_WAIT_NS < now_ns)
+        gpu_wait_flush_one(&wk.gpu_wait[i]);
+  }
+  trace_writer_stats(wk.w, &ts);
+
+  pthread_mutex_lock(&cap.lock);
+  cap.st.events = ts.events;
+  cap.st.bytes = ts.bytes;
+  if (cap.phase == PHASE_RUNNING &&
+      (cap.stop_requested || now_ns >= cap.deadline_ns || wk.cap_hit || wk.error)) {
+    if (cap.deadline_ns > now_ns)
+      cap.deadline_ns = now_ns;
+    cap.st.ends_ns = cap.deadline_ns;
+    wk.end_ns = cap.deadline_ns;
+    cap.phase = PHASE_ENDING;
+    atomic_store_explicit(&capture_api_on, 0, memory_order_relaxed);
+    begin_end = 1;
+  } else if (cap.phase == PHASE_ENDING && wk.flushed) {
+    do_finish = 1;
+  }
+  pthread_mutex_unlock(&cap.lock);
+
+  if (begin_end) {
+    /* Delivers the records completed so far; they are processed before the next tick. */
+    cupti_fn.ActivityFlushAll(0);
+    if (cap.cfg->mode == CONFIG_MODE_ONDEMAND) {
+      pthread_mutex_lock(&switch_lock);
+      subscriber_capture_end(); /* no residual overhead once the capture is over */
+      pthread_mutex_unlock(&switch_lock);
+    }
+    wk.flushed = 1;
+  }
+  if (do_finish)
+    finish();
+}
+
+/* ---- signal trigger ---- */
+
+static int sig_pipe[2] = {-1, -1};
+static pthread_t sig_thread;
+static int sig_thread_started;
+
+static void on_capture_signal(int sig)
+{
+  int saved = errno;
+  char c = 's';
+
+  (void)sig;
+  /* Async-signal-safe: one write to a non-blocking pipe; a full pipe drops the request. */
+  if (write(sig_pipe[1], &c, 1) < 0) {
+  }
+  errno = saved;
+}
+
+static void *signal_main(void *arg)
+{
+  struct capture_params p;
+  struct capture_status st;
+  char err[512], c;
+  ssize_t n;
+
+  (void)arg;
+  guard_hold();
+  for (;;) {
+    n = read(sig_pipe[0], &c, 1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0 || c == 'q')
+      break;
+    /* Toggle: the signal starts a capture, and ends the running one early. */
+    capture_get_status(&st);
+    if (st.state == CAPTURE_RUNNING) {
+      capture_stop();
+      continue;
+    }
+    memset(&p, 0, sizeof(p));
+    p.gpu_only = -1;
+    p.format = -1;
+    p.trigger = "signal";
+    if (capture_start(&p, err, sizeof(err)) && err[0])
+      log_warn("GPUPROF_CAPTURE_SIGNAL: cannot start a capture: %s", err);
+  }
+  return NULL;
+}
+
+static void signal_trigger_start(int sig)
+{
+  struct sigaction old, sa;
+  sigset_t all, prev;
+
+  if (sigaction(sig, NULL, &old) != 0)
+    return;
+  /* Never take a signal the application handles (or ignores on purpose). */
+  if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) {
+    log_warn("GPUPROF_CAPTURE_SIGNAL=%d: the application already has a handler for signal %d; "
+             "the signal trigger is not installed (use the gpuprof command instead)",
+             sig, sig);
+    return;
+  }
+  if (pipe2(sig_pipe, O_CLOEXEC) != 0) {
+    log_warn("GPUPROF_CAPTURE_SIGNAL: cannot create a pipe: %s; no signal trigger",
+             strerror(errno));
+    return;
+  }
+  fcntl(sig_pipe[1], F_SETFL, O_NONBLOCK);
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &prev);
+  if (pthread_create(&sig_thread, NULL, signal_main, NULL) != 0) {
+    pthread_sigmask(SIG_SETMASK, &prev, NULL);
+    log_warn("GPUPROF_CAPTURE_SIGNAL: cannot start a thread; no signal trigger");
+    close(sig_pipe[0]);
+    close(sig_pipe[1]);
+    sig_pipe[0] = sig_pipe[1] = -1;
+    return;
+  }
+  pthread_sigmask(SIG_SETMASK, &prev, NULL);
+  pthread_setname_np(sig_thread, "gpuprof-signal");
+  sig_thread_started = 1;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_capture_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
+  log_info("signal %d starts and stops a capture in pid %d", sig, (int)getpid());
+}
+
+/* ---- wiring ---- */
+
+int capture_init(const struct config *cfg, struct alloc_map *allocs)
+{
+  struct worker_consumer c = {.event = on_event, .tick = on_tick, .arg = NULL};
+  int ret;
+
+  cap.cfg = cfg;
+  cap.allocs = allocs;
+  ring_key_ok = pthread_key_create(&ring_key, ring_thread_exit) == 0;
+  ret = worker_add_consumer(&c);
+  if (ret) {
+    log_warn("cannot register the capture consumer: %s; captures are disabled", strerror(-ret));
+    return ret;
+  }
+  cap.ready = 1;
+  return 0;
+}
+
+void capture_start_configured(void)
+{
+  struct capture_params p;
+  char err[512];
+
+  if (!cap.ready)
+    return;
+  if (cap.cfg->capture_signal)
+    signal_trigger_start(cap.cfg->capture_signal);
+  if (cap.cfg->capture_on_start_ns) {
+    memset(&p, 0, sizeof(p));
+    p.duration_ns = cap.cfg->capture_on_start_ns;
+    p.gpu_only = -1;
+    p.format = -1;
+    p.trigger = "start";
+    if (capture_start(&p, err, sizeof(err)))
+      log_warn("GPUPROF_CAPTURE_ON_START: %s; no capture at start", err);
+  }
+}
+
+void capture_shutdown(int worker_stopped)
+{
+  struct trace_writer *w;
+  struct timespec deadline;
+  char c = 'q';
+
+  pthread_mutex_lock(&cap.lock);
+  if (cap.shutdown) {
+    pthread_mutex_unlock(&cap.lock);
+    return;
+  }
+  cap.shutdown = 1;
+  pthread_cond_broadcast(&cap.done);
+  atomic_store_explicit(&capture_api_on, 0, memory_order_relaxed);
+  if (cap.phase != PHASE_IDLE && cap.deadline_ns > clock_realtime_ns())
+    cap.deadline_ns = clock_realtime_ns();
+  pthread_mutex_unlock(&cap.lock);
+
+  if (sig_thread_started) {
+    sig_thread_started = 0;
+    if (write(sig_pipe[1], &c, 1) == 1) {
+      deadline = clock_ns_to_timespec(clock_realtime_ns() + 2000000000ull);
+      if (pthread_timedjoin_np(sig_thread, NULL, &deadline) != 0)
+        pthread_detach(sig_thread);
+    } else {
+      pthread_detach(sig_thread);
+    }
+  }
+  /* A worker that could not be joined may still be writing: leave its file as it is (it
+   * stays loadable, like a killed capture's). */
+  w = atomic_load_explicit(&cap.live, memory_order_acquire);
+  if (!w || !worker_stopped)
+    return;
+  if (w != wk.w)
+    adopt(w);
+  finish();
+}
+
+/* ---- public API (include/gpuprof/gpuprof.h) ---- */
+
+GPUPROF_EXPORT int gpuprof_capture_start(unsigned duration_ms, unsigned flags)
+{
+  struct capture_params p;
+  char err[512];
+  int ret;
+
+  if (flags & ~(unsigned)GPUPROF_CAPTURE_GPU_ONLY)
+    return -EINVAL;
+  memset(&p, 0, sizeof(p));
+  p.duration_ns = (uint64_t)duration_ms * 1000000ull;
+  p.gpu_only = (flags & GPUPROF_CAPTURE_GPU_ONLY) ? 1 : -1;
+  p.format = -1;
+  p.trigger = "api";
+  ret = capture_start(&p, err, sizeof(err));
+  if (ret && ret != -EBUSY && ret != -ENODEV)
+    log_warn("gpuprof_capture_start: %s", err);
+  return ret;
+}
+
+GPUPROF_EXPORT int gpuprof_capture_stop(void)
+{
+  int saved, entered = guard_enter(&saved);
+  int ret = capture_stop();
+
+  if (entered)
+    guard_leave(saved);
+  return ret;
+}

@@ -1,0 +1,595 @@
+/* The Pyroscope uploader: a bounded queue of finished profiles and the thread that pushes them. */
+#define LOG_MODULE "pyroscope"
+#include "agent/uploader.h"
+
+#include <curl/curl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+#include "agent/util/clock.h"
+#include "agent/util/guard.h"
+#include "agent/util/log.h"
+#include "export/pyroscope.h"
+#include "gpuprof/gpuprof.h"
+
+#define N_KINDS 3
+#define BACKOFF_MIN_NS (500ull * 1000000ull)
+#define BACKOFF_MAX_NS (30ull * 1000000000ull)
+/* Pyroscope rejects profiles whose time is older than 1 h (formats.md §2.4): keep a margin. */
+#define MAX_AGE_NS (55ull * 60 * 1000000000ull)
+/* How long uploader_stop waits for the thread past the deadline before abandoning it: libcurl
+ * polls the abort callback about once a second while a transfer is stalled. */
+#define JOIN_GRACE_NS (2000ull * 1000000ull)
+#define MAX_REJECTION_LOGS 5
+
+static const char *const kinds[N_KINDS] = {"gpu_time", "gpu_memory", "memcpy"};
+
+struct entry {
+  uint8_t *data;
+  size_t len;
+  uint64_t start_ns, end_ns;
+  unsigned kind;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t wake; /* an entry was queued, or stop */
+  pthread_t thread;
+  int started; /* the thread exists and was not joined or abandoned */
+  int stop;
+  _Atomic int accepting;
+  _Atomic int enabled;       /* a URL is configured (even if the thread has ended) */
+  _Atomic uint64_t deadline; /* CLOCK_MONOTONIC ns of the final flush's end; 0: none yet */
+  struct entry *ring;        /* `cap` queued entries, oldest at `head` */
+  unsigned cap, head, count;
+  /* Read-only after uploader_start. */
+  struct pyroscope_labels labels[N_KINDS];
+  struct pyroscope_client_options opt;
+  char url[CONFIG_PATH_MAX];
+  char user_agent[64];
+  uint64_t timeout_ns, exit_timeout_ns;
+  unsigned left_at_exit; /* entries the thread dropped when it stopped */
+} u = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static struct {
+  _Atomic uint64_t submitted, sent, retried, dropped, failed, bytes;
+} st;
+
+#define ADD(field, n) atomic_fetch_add_explicit(&st.field, (n), memory_order_relaxed)
+
+static int kind_index(const char *kind)
+{
+  for (unsigned i = 0; kind && i < N_KINDS; i++)
+    if (!strcmp(kind, kinds[i]))
+      return (int)i;
+  return -1;
+}
+
+/* libcurl's progress poll: abort a request once the exit deadline has passed. */
+static int past_deadline(void *arg)
+{
+  uint64_t d = atomic_load(&u.deadline);
+
+  (void)arg;
+  return d && clock_monotonic_ns() >= d;
+}
+
+/* ---- OpenSSL at exit ---- */
+
+/*
+ * Workaround: OpenSSL 1.1/3 registers OPENSSL_cleanup with atexit() the first time it is
+ * initialized, which here is curl_global_init on the upload thread, i.e. after the agent
+ * registered its own exit handler. atexit handlers run in reverse order, so OpenSSL would be
+ * torn down before the agent's final flush, and libcurl then crashes inside it (curl_mime_init
+ * draws a random boundary: RAND_status on freed locks, even for http://). We therefore make
+ * the first initialization ourselves with OPENSSL_INIT_NO_ATEXIT (the first caller decides;
+ * when the application initialized OpenSSL before us, its cleanup was registered before our
+ * handler and runs after it). As a safety net, OPENSSL_INIT_BASE_ONLY returns 0 once
+ * OpenSSL was cleaned up (an application calling OPENSSL_cleanup itself): libcurl is then not
+ * touched again. The library is looked up among those already loaded (libcurl's), never
+ * loaded: a libcurl built on another TLS library simply skips this.
+ */
+#define OSSL_INIT_BASE_ONLY 0x00040000ull /* OPENSSL_INIT_BASE_ONLY, OpenSSL >= 1.1.0 */
+#define OSSL_INIT_NO_ATEXIT 0x00080000ull /* OPENSSL_INIT_NO_ATEXIT, OpenSSL >= 1.1.1b */
+
+typedef int (*ossl_init_fn)(uint64_t opts, const void *settings);
+static ossl_init_fn ossl_init;
+
+static void openssl_keep_until_we_exit(void)
+{
+  static const char *const libs[] = {"libcrypto.so.3", "libcrypto.so.1.1"};
+  void *h;
+
+  ossl_init = (ossl_init_fn)dlsym(RTLD_DEFAULT, "OPENSSL_init_crypto");
+  for (size_t i = 0; !ossl_init && i < sizeof(libs) / sizeof(libs[0]); i++) {
+    h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (h)
+      ossl_init = (ossl_init_fn)dlsym(h, "OPENSSL_init_crypto");
+    /* The handle only added a reference to a library that stays loaded anyway. */
+  }
+  if (ossl_init)
+    ossl_init(OSSL_INIT_NO_ATEXIT, NULL);
+}
+
+static int openssl_alive(void)
+{
+  return !ossl_init || ossl_init(OSSL_INIT_BASE_ONLY, NULL) == 1;
+}
+
+/* ---- labels ---- */
+
+static void add_label(struct pyroscope_labels *ls, const char *name, const char *value,
+                      const char *source, int warn)
+{
+  int ret = pyroscope_labels_add(ls, name, value);
+
+  if (!ret || !warn)
+    return;
+  if (ret == -EINVAL)
+    log_warn("%s: '%s' is not a valid Pyroscope label name ([A-Za-z_][A-Za-z0-9_.]*) or its "
+             "value is over 2048 bytes; leaving it out of the uploads",
+             source, name);
+  else if (ret == -EEXIST)
+    log_warn("%s: label '%s' is already set; leaving this one out of the uploads", source, name);
+  else if (ret == -E2BIG)
+    log_warn("%s: label '%s' would exceed Pyroscope's %d labels per series; leaving it out", source,
+             name, PYROSCOPE_MAX_LABELS);
+}
+
+/* /ingest restricts the application name to [A-Za-z0-9_.-/]: replace anything else. */
+static void ingest_safe_name(const char *in, char *out, size_t cap)
+{
+  size_t i = 0;
+
+  for (; in[i] && i + 1 < cap; i++) {
+    char c = in[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '.' || c == '-' || c == '/';
+    out[i] = ok ? c : '_';
+  }
+  out[i] = '\0';
+}
+
+/*
+ * The series labels, the same for every upload of a kind: __name__ (fixed per kind, see
+ * pyroscope_series_name), __delta__="false" (each profile holds one window, never a running
+ * total; /ingest sets the same), service_name, GPUPROF_TAGS, then the Kubernetes downward-API
+ * labels. No pid or hostname: each would multiply the series count (Pyroscope's default limit
+ * is 5000 per tenant) with every restart; the pod label already identifies the workload.
+ * Warnings are issued once, for the first kind.
+ */
+static int build_labels(const struct config *cfg)
+{
+  char app[256];
+
+  for (unsigned k = 0; k < N_KINDS; k++) {
+    struct pyroscope_labels *ls = &u.labels[k];
+    int warn = k == 0;
+
+    if (pyroscope_labels_add(ls, "__name__", pyroscope_series_name(kinds[k])) ||
+        pyroscope_labels_add(ls, "__delta__", "false"))
+      return -ENOMEM;
+    if (cfg->pyroscope_api == 1)
+      ingest_safe_name(cfg->app_name[0] ? cfg->app_name : "gpuprof", app, sizeof(app));
+    else
+      snprintf(app, sizeof(app), "%s", cfg->app_name[0] ? cfg->app_name : "gpuprof");
+    if (pyroscope_labels_add(ls, "service_name", app))
+      return -ENOMEM;
+    for (size_t i = 0; i < cfg->n_tags; i++) {
+      const char *key = cfg->tags[i].key, *value = cfg->tags[i].value;
+      if (!strncmp(key, "__", 2)) {
+        if (warn)
+          log_warn("GPUPROF_TAGS: label names starting with '__' are reserved by Pyroscope; "
+                   "leaving '%s' out of the uploads",
+                   key);
+        continue;
+      }
+      if (cfg->pyroscope_api == 1 && strpbrk(value, ",{}=")) {
+        if (warn)
+          log_warn("GPUPROF_TAGS: the value of '%s' contains one of , { } = which the /ingest "
+                   "API cannot carry; leaving it out (GPUPROF_PYROSCOPE_API=push can)",
+                   key);
+        continue;
+      }
+      add_label(ls, key, value, "GPUPROF_TAGS", warn);
+    }
+    if (cfg->k8s_pod[0])
+      add_label(ls, "pod", cfg->k8s_pod, "GPUPROF_K8S_POD", warn);
+    if (cfg->k8s_namespace[0])
+      add_label(ls, "namespace", cfg->k8s_namespace, "GPUPROF_K8S_NAMESPACE", warn);
+    if (cfg->k8s_node[0])
+      add_label(ls, "node", cfg->k8s_node, "GPUPROF_K8S_NODE", warn);
+  }
+  return 0;
+}
+
+/* ---- the thread ---- */
+
+static uint64_t next_backoff(uint64_t prev, unsigned retry_after_s, uint64_t *rng)
+{
+  uint64_t b = prev ? prev * 2 : BACKOFF_MIN_NS, jitter;
+
+  if (b > BACKOFF_MAX_NS)
+    b = BACKOFF_MAX_NS;
+  /* A server that says when to come back is believed, within the maximum. */
+  if (retry_after_s && (uint64_t)retry_after_s * 1000000000ull > b)
+    b = (uint64_t)retry_after_s * 1000000000ull < BACKOFF_MAX_NS
+            ? (uint64_t)retry_after_s * 1000000000ull
+            : BACKOFF_MAX_NS;
+  /* Up to +25%, so that many processes restarted together do not retry in lockstep. */
+  *rng ^= *rng << 13;
+  *rng ^= *rng >> 7;
+  *rng ^= *rng << 17;
+  jitter = (*rng % 1000) * (b / 4) / 1000;
+  return b + jitter;
+}
+
+/* Drops every queued entry (and cur), counting them. Caller holds the lock. */
+static unsigned drop_all_locked(struct entry *cur)
+{
+  unsigned n = 0;
+
+  if (cur && cur->data) {
+    free(cur->data);
+    cur->data = NULL;
+    n++;
+  }
+  while (u.count) {
+    free(u.ring[u.head].data);
+    u.head = (u.head + 1) % u.cap;
+    u.count--;
+    n++;
+  }
+  ADD(dropped, n);
+  return n;
+}
+
+static void *uploader_main(void *arg)
+{
+  struct pyroscope_client *client = NULL;
+  struct entry cur = {0};
+  uint64_t backoff = 0, next_try = 0, rng = clock_monotonic_ns() ^ (uint64_t)getpid() << 32;
+  unsigned failures = 0, rejections = 0, left;
+  char why[256];
+
+  (void)arg;
+  guard_hold();
+  /*
+   * curl_global_init here, not in the application's thread inside cuInit: it initializes
+   * OpenSSL and friends, which costs milliseconds we need not add to the application's start.
+   * It is documented as thread-safe only when curl_version_info() has the
+   * CURL_VERSION_THREADSAFE feature (libcurl >= 7.84 built with atomics; Debian 12's has);
+   * with an older libcurl an application thread calling it at the same moment could race
+   * with us, so that case is only logged at debug level: it is the same race any library
+   * using libcurl has, and the window is the first milliseconds of this thread.
+   */
+  openssl_keep_until_we_exit();
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    snprintf(why, sizeof(why), "libcurl cannot initialize");
+    goto disable;
+  }
+  if (!(curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_THREADSAFE))
+    log_debug("libcurl %s does not promise a thread-safe curl_global_init",
+              curl_version_info(CURLVERSION_NOW)->version);
+  client = pyroscope_client_new(&u.opt);
+  if (!client) {
+    snprintf(why, sizeof(why), "cannot create a libcurl handle (out of memory?)");
+    goto disable;
+  }
+
+  pthread_mutex_lock(&u.lock);
+  for (;;) {
+    struct pyroscope_result res;
+    uint64_t now = 0, timeout_ns, d = 0;
+
+    while (!cur.data && !u.count && !u.stop)
+      pthread_cond_wait(&u.wake, &u.lock);
+    if (!cur.data && u.count) {
+      cur = u.ring[u.head];
+      u.head = (u.head + 1) % u.cap;
+      u.count--;
+    }
+    if (!cur.data)
+      break; /* stopping with nothing left */
+    /* Backing off after a failure: wait, but not past the exit deadline. */
+    for (;;) {
+      now = clock_monotonic_ns();
+      d = atomic_load(&u.deadline);
+      if (now >= next_try || (d && now >= d))
+        break;
+      struct timespec ts = clock_ns_to_timespec(d && d < next_try ? d : next_try);
+      pthread_cond_timedwait(&u.wake, &u.lock, &ts);
+    }
+    if (d && now >= d)
+      break;
+    pthread_mutex_unlock(&u.lock);
+
+    if (clock_realtime_ns() > cur.start_ns + MAX_AGE_NS) {
+      /* Pyroscope would answer 400 for a profile this old: not worth the bandwidth. */
+      log_info("dropping a %s profile from %llu s ago: too old for Pyroscope", kinds[cur.kind],
+               (unsigned long long)((clock_realtime_ns() - cur.start_ns) / 1000000000ull));
+      ADD(dropped, 1);
+      free(cur.data);
+      cur.data = NULL;
+      pthread_mutex_lock(&u.lock);
+      continue;
+    }
+    if (!openssl_alive()) {
+      log_warn_once("OpenSSL was shut down by the application; no more Pyroscope uploads");
+      pthread_mutex_lock(&u.lock);
+      break;
+    }
+    timeout_ns = u.timeout_ns;
+    if (d && d - now < timeout_ns)
+      timeout_ns = d - now;
+    pyroscope_client_send(client, &u.labels[cur.kind], cur.data, cur.len, cur.start_ns, cur.end_ns,
+                          (long)((timeout_ns + 999999) / 1000000), &res);
+
+    switch (res.outcome) {
+    case PYROSCOPE_SENT:
+      ADD(sent, 1);
+      ADD(bytes, res.body_len);
+      if (failures)
+        log_info("Pyroscope at %s accepts uploads again (after %u failed attempts)", u.url,
+                 failures);
+      failures = 0;
+      backoff = next_try = 0;
+      free(cur.data);
+      cur.data = NULL;
+      break;
+    case PYROSCOPE_RETRY:
+      ADD(retried, 1);
+      /* Once per outage: an unreachable server is one line, not one per window. */
+      if (failures++ == 0)
+        log_warn("cannot upload to Pyroscope at %s: %s; retrying with backoff (up to %u "
+                 "profiles wait, the oldest are dropped beyond that)",
+                 u.url, res.message, u.cap);
+      backoff = next_backoff(backoff, res.retry_after_s, &rng);
+      next_try = clock_monotonic_ns() + backoff;
+      break;
+    case PYROSCOPE_REJECTED:
+      ADD(failed, 1);
+      if (rejections++ < MAX_REJECTION_LOGS)
+        log_warn("Pyroscope at %s rejected a %s profile for good: %s%s", u.url, kinds[cur.kind],
+                 res.message,
+                 rejections == MAX_REJECTION_LOGS ? " (further rejections are only counted)" : "");
+      failures = 0;
+      backoff = next_try = 0;
+      free(cur.data);
+      cur.data = NULL;
+      break;
+    case PYROSCOPE_ABORTED:
+      break;
+    case PYROSCOPE_LOCAL_ERR:
+      log_warn_once("cannot build a Pyroscope request: %s; dropping the profile", res.message);
+      ADD(dropped, 1);
+      free(cur.data);
+      cur.data = NULL;
+      break;
+    }
+    pthread_mutex_lock(&u.lock);
+    if (res.outcome == PYROSCOPE_ABORTED)
+      break;
+  }
+  /* Stopping at (or past) the deadline: what is left is dropped and counted. */
+  atomic_store(&u.accepting, 0);
+  left = drop_all_locked(&cur);
+  u.left_at_exit = left;
+  pthread_mutex_unlock(&u.lock);
+  if (left)
+    log_warn("%u profile(s) not uploaded to Pyroscope at %s by the exit deadline "
+             "(GPUPROF_EXIT_TIMEOUT=%llums); dropped",
+             left, u.url, (unsigned long long)(u.exit_timeout_ns / 1000000ull));
+  pyroscope_client_free(client);
+  return NULL;
+
+disable:
+  log_warn("%s; Pyroscope uploads are off", why);
+  pthread_mutex_lock(&u.lock);
+  atomic_store(&u.accepting, 0);
+  drop_all_locked(NULL);
+  pthread_mutex_unlock(&u.lock);
+  return NULL;
+}
+
+/* ---- interface ---- */
+
+static int check_url(const char *url, char *why, size_t len)
+{
+  CURLU *h = curl_url();
+  char *host = NULL, *scheme = NULL;
+  int ret = 0;
+
+  if (!h)
+    return -ENOMEM;
+  if (curl_url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
+      curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+      curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host[0]) {
+    snprintf(why, len, "not a URL libcurl can parse");
+    ret = -EINVAL;
+  } else if (strcmp(scheme, "http") && strcmp(scheme, "https")) {
+    snprintf(why, len, "not an http:// or https:// URL");
+    ret = -EINVAL;
+  }
+  curl_free(host);
+  curl_free(scheme);
+  curl_url_cleanup(h);
+  return ret;
+}
+
+int uploader_start(const struct config *cfg)
+{
+  char why[128];
+  sigset_t all, old;
+  int ret;
+
+  if (!cfg->pyroscope_url[0])
+    return 0;
+  snprintf(u.url, sizeof(u.url), "%s", cfg->pyroscope_url);
+  /* A bad URL is a configuration error, reported once here rather than per upload. */
+  ret = check_url(u.url, why, sizeof(why));
+  if (ret) {
+    log_warn("GPUPROF_PYROSCOPE_URL='%s' is %s; Pyroscope uploads are off", u.url,
+             ret == -ENOMEM ? "not checkable (out of memory)" : why);
+    return ret;
+  }
+  u.cap = (unsigned)cfg->upload_queue;
+  u.ring = calloc(u.cap, sizeof(*u.ring));
+  ret = u.ring ? build_labels(cfg) : -ENOMEM;
+  if (ret)
+    goto out;
+  snprintf(u.user_agent, sizeof(u.user_agent), "gpuprof/%s", GPUPROF_VERSION_STRING);
+  u.opt = (struct pyroscope_client_options){
+      .url = u.url,
+      .api = cfg->pyroscope_api == 1 ? PYROSCOPE_API_INGEST : PYROSCOPE_API_PUSH,
+      .user = cfg->pyroscope_user[0] ? cfg->pyroscope_user : NULL,
+      .password = cfg->pyroscope_password,
+      .tenant = cfg->pyroscope_tenant[0] ? cfg->pyroscope_tenant : NULL,
+      .user_agent = u.user_agent,
+      .should_abort = past_deadline,
+  };
+  u.timeout_ns = cfg->upload_timeout_ns;
+  u.exit_timeout_ns = cfg->exit_timeout_ns;
+  {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&u.wake, &attr);
+    pthread_condattr_destroy(&attr);
+  }
+  atomic_store(&u.accepting, 1);
+  atomic_store(&u.enabled, 1);
+  /* The thread inherits this mask: no application signal is ever delivered to it. */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  ret = -pthread_create(&u.thread, NULL, uploader_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (ret) {
+    atomic_store(&u.accepting, 0);
+    goto out;
+  }
+  pthread_setname_np(u.thread, "gpuprof-upload");
+  u.started = 1;
+  log_debug("uploading profiles to %s (%s API)", u.url,
+            cfg->pyroscope_api == 1 ? "/ingest" : "/push");
+out:
+  if (ret) {
+    log_warn("cannot start the Pyroscope uploader: %s; uploads to %s are off", strerror(-ret),
+             u.url);
+    for (unsigned k = 0; k < N_KINDS; k++)
+      pyroscope_labels_clear(&u.labels[k]);
+    free(u.ring);
+    u.ring = NULL;
+  }
+  return ret;
+}
+
+int uploader_submit(const char *kind, const uint8_t *pprof_gz, size_t len, uint64_t window_start_ns,
+                    uint64_t window_end_ns)
+{
+  int k = kind_index(kind);
+  uint8_t *copy, *evicted = NULL;
+  int ret = 0;
+
+  if (!atomic_load_explicit(&u.accepting, memory_order_acquire))
+    return -ESHUTDOWN;
+  if (k < 0 || !pprof_gz || !len)
+    return -EINVAL;
+  /* Copied outside the lock: the uploader thread only holds it for queue operations. */
+  copy = malloc(len);
+  if (!copy) {
+    ADD(submitted, 1);
+    ADD(dropped, 1);
+    return -ENOMEM;
+  }
+  memcpy(copy, pprof_gz, len);
+
+  pthread_mutex_lock(&u.lock);
+  if (!atomic_load(&u.accepting)) {
+    ret = -ESHUTDOWN;
+  } else {
+    if (u.count == u.cap) {
+      evicted = u.ring[u.head].data;
+      u.head = (u.head + 1) % u.cap;
+      u.count--;
+      ADD(dropped, 1);
+    }
+    u.ring[(u.head + u.count) % u.cap] =
+        (struct entry){copy, len, window_start_ns, window_end_ns, (unsigned)k};
+    u.count++;
+    ADD(submitted, 1);
+    copy = NULL;
+    pthread_cond_signal(&u.wake);
+  }
+  pthread_mutex_unlock(&u.lock);
+  free(copy);
+  free(evicted);
+  return ret;
+}
+
+int uploader_stop(uint64_t timeout_ns)
+{
+  struct timespec join_by;
+  int ret, left;
+
+  pthread_mutex_lock(&u.lock);
+  if (!u.started) {
+    pthread_mutex_unlock(&u.lock);
+    return 0;
+  }
+  u.started = 0;
+  u.stop = 1;
+  atomic_store(&u.accepting, 0);
+  /* Never 0: 0 means "no deadline" to the thread. */
+  atomic_store(&u.deadline, clock_monotonic_ns() + timeout_ns + 1);
+  pthread_cond_signal(&u.wake);
+  pthread_mutex_unlock(&u.lock);
+
+  join_by = clock_ns_to_timespec(clock_realtime_ns() + timeout_ns + JOIN_GRACE_NS);
+  ret = pthread_timedjoin_np(u.thread, NULL, &join_by);
+  if (ret) {
+    /* Better profiles lost than an application that cannot exit. The thread keeps its
+     * memory (nothing is freed here) and dies with the process. */
+    log_warn("the Pyroscope upload thread did not finish %llu ms after the exit deadline; "
+             "leaving it behind",
+             (unsigned long long)(JOIN_GRACE_NS / 1000000ull));
+    pthread_detach(u.thread);
+    return -ETIMEDOUT;
+  }
+  left = u.left_at_exit != 0;
+  for (unsigned k = 0; k < N_KINDS; k++)
+    pyroscope_labels_clear(&u.labels[k]);
+  free(u.ring);
+  u.ring = NULL;
+  return left ? -ETIMEDOUT : 0;
+}
+
+void uploader_get_stats(struct uploader_stats *out, int *enabled)
+{
+  out->submitted = atomic_load(&st.submitted);
+  out->sent = atomic_load(&st.sent);
+  out->retried = atomic_load(&st.retried);
+  out->dropped = atomic_load(&st.dropped);
+  out->failed = atomic_load(&st.failed);
+  out->bytes_sent = atomic_load(&st.bytes);
+  if (enabled)
+    *enabled = atomic_load(&u.enabled);
+}
+
+void uploader_forget(void)
+{
+  /* In a forked child the thread does not exist and the mutex may be held by it: never lock.
+   * The child uploads nothing (its agent is dormant). */
+  u.started = 0;
+  atomic_store(&u.accepting, 0);
+}

@@ -1,0 +1,174 @@
+/* Workloads for the capture tests: known kernels, copies, sets and threads, with a trigger
+ * (none, the capture signal, or the public API through weak symbols) around the middle phase. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpuprof/gpuprof.h"
+#include "tests/fakegpu/fakegpu.h"
+#include "tests/lib/e2e.h"
+
+/* The public API, weak: NULL unless libgpuprof.so was loaded when the program started. */
+#pragma weak gpuprof_capture_start
+#pragma weak gpuprof_capture_stop
+
+#define MIB (1024u * 1024u)
+
+static const char *const names[] = {"k_small",  "k_big",   "k_thread",
+                                    "k_before", "k_after", "k_many"};
+static CUfunction fn[6];
+static CUcontext ctx;
+static atomic_int own_handler_calls;
+
+static void sleep_ms(unsigned ms)
+{
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static void *launcher(void *arg)
+{
+  CUstream s2;
+
+  (void)arg;
+  CU(cuCtxSetCurrent(ctx));
+  CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < 4; i++)
+    e2e_launch(fn[2], s2);
+  CU(cuStreamSynchronize(s2));
+  return NULL;
+}
+
+/* The middle phase every test checks exactly (tests/capture/check_capture.py, BASIC). */
+static void basic(void)
+{
+  CUstream s;
+  CUdeviceptr a, b;
+  uint8_t *host = malloc(MIB);
+  pthread_t t;
+
+  if (!host)
+    e2e_fail("out of host memory");
+  for (size_t i = 0; i < MIB; i++)
+    host[i] = e2e_pattern(i);
+  CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU(cuMemAlloc(&a, MIB));
+  CU(cuMemAlloc(&b, 65536));
+  CU(cuMemcpyHtoD(a, host, MIB));
+  CU(cuMemsetD8(b, 0, 4096));
+  for (int i = 0; i < 3; i++)
+    e2e_launch(fn[0], s);
+  for (int i = 0; i < 2; i++)
+    e2e_launch(fn[1], NULL);
+  CU(cuStreamSynchronize(s));
+  if (pthread_create(&t, NULL, launcher, NULL) != 0)
+    e2e_fail("pthread_create");
+  pthread_setname_np(t, "launcher");
+  pthread_join(t, NULL);
+  CU(cuMemcpyDtoH(host, a, MIB));
+  CU(cuCtxSynchronize());
+  CU(cuMemFree(a));
+  CU(cuMemFree(b));
+  for (size_t i = 0; i < MIB; i++)
+    if (host[i] != e2e_pattern(i))
+      e2e_fail("copy round trip mismatch");
+  free(host);
+  printf("basic: done\n");
+}
+
+static void launches(int fi, int n, CUstream s)
+{
+  for (int i = 0; i < n; i++) {
+    e2e_launch(fn[fi], s);
+    if (i % 1000 == 999)
+      CU(cuStreamSynchronize(s));
+  }
+  CU(cuStreamSynchronize(s));
+}
+
+static void on_own_signal(int sig)
+{
+  (void)sig;
+  atomic_fetch_add(&own_handler_calls, 1);
+}
+
+int main(int argc, char **argv)
+{
+  const char *mode = argc > 1 ? argv[1] : "basic";
+  CUdevice dev;
+  CUmodule mod;
+
+  setvbuf(stdout, NULL, _IONBF, 0);
+  if (!strcmp(mode, "own-handler"))
+    signal(SIGUSR2, on_own_signal);
+  CU(cuInit(0));
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuCtxCreate(&ctx, NULL, 0, dev));
+  mod = e2e_module_with_kernels(names, 6);
+  for (int i = 0; i < 6; i++)
+    CU(cuModuleGetFunction(&fn[i], mod, names[i]));
+  fakegpu_set_kernel_duration_ns("k_small", 5000);
+  fakegpu_set_kernel_duration_ns("k_big", 50000);
+  fakegpu_set_kernel_duration_ns("k_thread", 7000);
+  fakegpu_set_kernel_duration_ns("k_before", 3000);
+  fakegpu_set_kernel_duration_ns("k_after", 4000);
+  fakegpu_set_kernel_duration_ns("k_many", 2000);
+
+  if (!strcmp(mode, "basic")) {
+    basic();
+  } else if (!strcmp(mode, "after")) {
+    /* basic, then k_after once the capture (GPUPROF_CAPTURE_ON_START=1s) is over. */
+    basic();
+    sleep_ms(2500);
+    launches(4, 2, NULL);
+  } else if (!strcmp(mode, "signal") || !strcmp(mode, "api")) {
+    int api = !strcmp(mode, "api");
+    launches(3, 2, NULL);
+    sleep_ms(100);
+    if (api) {
+      if (!gpuprof_capture_start || !gpuprof_capture_stop) {
+        printf("api: not available\n");
+      } else {
+        int rc = gpuprof_capture_start(60000, 0);
+        int again = gpuprof_capture_start(60000, 0);
+        printf("api: start %d, again %d\n", rc, again);
+      }
+    } else {
+      raise(SIGUSR2);
+      sleep_ms(300); /* the agent's signal thread opens the file */
+    }
+    basic();
+    if (api) {
+      if (gpuprof_capture_stop) {
+        int rc = gpuprof_capture_stop();
+        int again = gpuprof_capture_stop();
+        printf("api: stop %d, again %d\n", rc, again);
+      }
+    } else {
+      raise(SIGUSR2);
+      sleep_ms(300);
+    }
+    sleep_ms(100);
+    launches(4, 2, NULL);
+  } else if (!strcmp(mode, "own-handler")) {
+    raise(SIGUSR2);
+    basic();
+    printf("own handler: %d calls\n", atomic_load(&own_handler_calls));
+  } else if (!strcmp(mode, "many")) {
+    int n = argc > 2 ? atoi(argv[2]) : 20000;
+    launches(5, n, NULL);
+    printf("many: %d launches\n", n);
+    if (argc > 3 && !strcmp(argv[3], "sleep")) {
+      printf("sleeping\n");
+      sleep_ms(60000);
+    }
+  } else {
+    e2e_fail("unknown mode");
+  }
+  CU(cuCtxDestroy(ctx));
+  return 0;
+}

@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""Runs capture_prog under the agent on the simulated GPU and checks the capture it wrote.
+
+Every trace goes through tests/trace/validate_trace.py (JSON) or protoc --decode against
+export/proto/perfetto_trace.proto (native). The middle phase of capture_prog (its basic()
+workload, BASIC below) must appear exactly: each kernel, copy and set once on its stream with
+its duration, each API call once on its thread, one flow per launch and per copy from the
+call to its GPU slice, syncs on their tracks, the memory counter's values in order.
+
+Usage: check_capture.py --case NAME --prog capture_prog --proto PROTO [--protoc P] --agent SO
+The environment (LD_LIBRARY_PATH, CUDA_INJECTION64_PATH, GPUPROF_OUTPUT_DIR, ...) comes from
+ctest (tests/lib/GpuprofTest.cmake).
+"""
+
+import argparse
+import collections
+import decimal
+import glob
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "trace"))
+import check_traces  # noqa: E402
+import validate_trace  # noqa: E402
+
+MIB = 1024 * 1024
+GPU0 = "GPU 0 (Fake H100 (simulated))"
+
+# (track name, slice name, duration ns) -> count. The simulator's copy model: 1500 ns +
+# bytes / 12 (pageable, GB/s = bytes/ns); sets 1000 ns + bytes / 1000.
+BASIC_GPU = collections.Counter({
+    ("stream 13", "k_small", 5000): 3,
+    ("stream 7", "k_big", 50000): 2,
+    ("stream 14", "k_thread", 7000): 4,
+    ("stream 7", "Memcpy HtoD", 1500 + MIB // 12): 1,
+    ("stream 7", "Memcpy DtoH", 1500 + MIB // 12): 1,
+    ("stream 7", "Memset", 1000 + 4096 // 1000): 1,
+})
+BASIC_SYNC = collections.Counter({
+    ("stream 13 sync", "cudaStreamSynchronize"): 1,
+    ("stream 14 sync", "cudaStreamSynchronize"): 1,
+    ("context sync", "cudaDeviceSynchronize"): 1,
+})
+BASIC_API = collections.Counter({
+    ("main", "cuMemAlloc"): 2, ("main", "cuMemcpyHtoD"): 1, ("main", "cuMemsetD8"): 1,
+    ("main", "cuLaunchKernel"): 5, ("main", "cuStreamSynchronize"): 1,
+    ("main", "cuMemcpyDtoH"): 1, ("main", "cuCtxSynchronize"): 1, ("main", "cuMemFree"): 2,
+    ("launcher", "cuLaunchKernel"): 4, ("launcher", "cuStreamSynchronize"): 1,
+})
+BASIC_FLOWS = collections.Counter({
+    ("main", "cuLaunchKernel", "stream 13", "k_small"): 3,
+    ("main", "cuLaunchKernel", "stream 7", "k_big"): 2,
+    ("launcher", "cuLaunchKernel", "stream 14", "k_thread"): 4,
+    ("main", "cuMemcpyHtoD", "stream 7", "Memcpy HtoD"): 1,
+    ("main", "cuMemcpyDtoH", "stream 7", "Memcpy DtoH"): 1,
+})
+BASIC_MEMORY = [MIB, MIB + 65536, 65536, 0]
+
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print(f"FAIL: {msg}", file=sys.stderr)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    return cond
+
+
+def ns_of(v):
+    return int((decimal.Decimal(str(v)) * 1000).to_integral_value())
+
+
+def out_dir():
+    return os.environ["GPUPROF_OUTPUT_DIR"]
+
+
+def run(args, prog, env_extra, kill_after_line=None, preload=None):
+    env = dict(os.environ)
+    env.update(env_extra)
+    if preload:
+        env["LD_PRELOAD"] = preload
+        if "ASAN_OPTIONS" in env:  # the agent is preloaded before the sanitizer runtime
+            env["ASAN_OPTIONS"] += ":verify_asan_link_order=0"
+    shutil.rmtree(out_dir(), ignore_errors=True)
+    if kill_after_line is None:
+        r = subprocess.run([prog] + args, env=env, capture_output=True, text=True, timeout=120)
+        sys.stderr.write(r.stderr)
+        return r.returncode, r.stdout, r.stderr
+    p = subprocess.Popen([prog] + args, env=env, stdout=subprocess.PIPE, text=True)
+    out = ""
+    for line in p.stdout:
+        out += line
+        if line.strip() == kill_after_line:
+            break
+    time.sleep(2.0)  # a few flush intervals: the records reach the file
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    return p.returncode, out, ""
+
+
+def traces():
+    return sorted(f for f in glob.glob(os.path.join(out_dir(), "gpuprof-*-capture*"))
+                  if not f.endswith(".tmp"))
+
+
+def summary():
+    with open(os.environ["GPUPROF_SUMMARY_FILE"]) as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------- normalized content
+
+def content_json(path):
+    raw = open(path, "rb").read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    doc = json.loads(raw, parse_float=decimal.Decimal)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    tnames = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e["name"] == "thread_name"}
+    pnames = {e["pid"]: e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e["name"] == "process_name"}
+    c = {"gpu": collections.Counter(), "sync": collections.Counter(),
+         "api": collections.Counter(), "flows": collections.Counter(), "memory": [],
+         "events": events, "doc": doc, "tnames": tnames, "pnames": pnames}
+    slice_at = {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        tn = tnames.get((e["pid"], e["tid"]), f"thread {e['tid']}")
+        slice_at[(e["pid"], e["tid"], ns_of(e["ts"]))] = (tn, e)
+        if e["pid"] == doc["metadata"]["pid"]:
+            c["api"][(tn, e["name"])] += 1
+        elif e["cat"] == "cuda_sync":
+            c["sync"][(tn, e["name"])] += 1
+        else:
+            c["gpu"][(tn, e["name"], ns_of(e["dur"]))] += 1
+    starts = {e["id"]: e for e in events if e.get("ph") == "s"}
+    for e in events:
+        if e.get("ph") != "f":
+            continue
+        s = starts.get(e["id"])
+        if not check(s is not None, f"{path}: flow {e['id']} has no start"):
+            continue
+        a = slice_at.get((s["pid"], s["tid"], ns_of(s["ts"])))
+        g = slice_at.get((e["pid"], e["tid"], ns_of(e["ts"])))
+        if not check(a and g, f"{path}: flow {e['id']} not at a slice start"):
+            continue
+        check(a[1]["args"].get("correlation") == e["id"] == g[1]["args"].get("correlation"),
+              f"{path}: flow {e['id']} joins correlation {a[1]['args'].get('correlation')} to "
+              f"{g[1]['args'].get('correlation')}")
+        c["flows"][(a[0], a[1]["name"], g[0], g[1]["name"])] += 1
+    c["memory"] = [v for _, v in sorted((ns_of(e["ts"]), e["args"]["in_use_bytes"])
+                                         for e in events if e.get("ph") == "C")]
+    return c
+
+
+def content_pftrace(path, proto, protoc):
+    trace = check_traces.decode_pftrace(path, proto, protoc)
+    if trace is None:
+        return None
+    tracks, slices, counters, instants, open_ = check_traces.rebuild(trace, path)
+    check(not any(open_.values()), f"{path}: slices left open")
+    procs = [check_traces.one(d, "process") for d in tracks.values() if "process" in d]
+    pid = check_traces.one(procs[0], "pid") if procs else None
+
+    def tname(uuid):
+        d = tracks[uuid]
+        if "thread" in d:
+            return check_traces.one(check_traces.one(d, "thread"), "thread_name")
+        return check_traces.one(d, "name")
+
+    c = {"gpu": collections.Counter(), "sync": collections.Counter(),
+         "api": collections.Counter(), "flows": collections.Counter(), "memory": [],
+         "instants": instants}
+    fstart, fend = {}, {}
+    for uuid, lst in slices.items():
+        d = tracks[uuid]
+        tn = tname(uuid)
+        for name, s, e, b in lst:
+            if "thread" in d and check_traces.one(check_traces.one(d, "thread"), "pid") == pid:
+                c["api"][(tn, name)] += 1
+            elif tn.endswith("sync"):
+                c["sync"][(tn, name)] += 1
+            else:
+                c["gpu"][(tn, name, e - s)] += 1
+            for f in b["flow"]:
+                fstart[f] = (tn, name)
+            for f in b["term"]:
+                fend[f] = (tn, name)
+    check(set(fstart) == set(fend), f"{path}: unpaired flows {set(fstart) ^ set(fend)}")
+    for f in fstart.keys() & fend.keys():
+        c["flows"][fstart[f] + fend[f]] += 1
+    for uuid, lst in counters.items():
+        c["memory"] += [v for _, v in sorted(lst)]
+    return c
+
+
+def validate(path, want_truncated=False):
+    rep = validate_trace.Report()
+    s = validate_trace.validate(path, rep)
+    for e in rep.errors:
+        fail(f"{path}: validator: {e}")
+    if s is not None:
+        check(bool(s["truncated"]) == want_truncated,
+              f"{path}: truncated={s['truncated']}, expected {want_truncated}")
+    return s
+
+
+def check_basic(c, where, gpu_only=False):
+    check(c["gpu"] == BASIC_GPU, f"{where}: GPU slices differ: missing "
+          f"{dict(BASIC_GPU - c['gpu'])}, extra {dict(c['gpu'] - BASIC_GPU)}")
+    check(c["sync"] == BASIC_SYNC, f"{where}: sync slices {dict(c['sync'])}")
+    want_api = collections.Counter() if gpu_only else BASIC_API
+    check(c["api"] == want_api, f"{where}: API slices differ: missing "
+          f"{dict(want_api - c['api'])}, extra {dict(c['api'] - want_api)}")
+    want_flows = collections.Counter() if gpu_only else BASIC_FLOWS
+    check(c["flows"] == want_flows, f"{where}: flows {dict(c['flows'])}")
+    check(c["memory"] == BASIC_MEMORY, f"{where}: memory counter {c['memory']}")
+
+
+def check_json_basic(path, trigger, gpu_only=False, mode="continuous"):
+    s = validate(path)
+    if s is None:
+        return None
+    c = content_json(path)
+    check_basic(c, path, gpu_only)
+    meta = c["doc"]["metadata"]
+    pid = meta["pid"]
+    # GPU-only traces have no host track, hence no host process.
+    check(gpu_only or c["pnames"].get(pid, "").startswith("capture_prog ("),
+          f"{path}: process name")
+    gpu_pids = [p for p, n in c["pnames"].items() if n == GPU0]
+    check(len(gpu_pids) == 1, f"{path}: GPU process names {c['pnames']}")
+    want = {"capture_trigger": trigger, "gpu_only": int(gpu_only), "mode": mode,
+            "dropped_records": 0, "dropped_api_calls": 0, "agent": "gpuprof 0.1.0",
+            "capture_id": 1}
+    for k, v in want.items():
+        check(meta.get(k) == v, f"{path}: metadata {k}={meta.get(k)!r}, expected {v!r}")
+    check(meta.get("capture_start_ns") == meta.get("base_time_ns")
+          and meta.get("capture_end_ns", 0) > meta.get("capture_start_ns", 0),
+          f"{path}: capture window {meta.get('capture_start_ns')}..{meta.get('capture_end_ns')}")
+    # Kernel arguments as launched (e2e_launch: 1 block of 32 threads).
+    for e in c["events"]:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            check(e["args"].get("grid") == [1, 1, 1] and e["args"].get("block") == [32, 1, 1],
+                  f"{path}: kernel args {e['args']}")
+        if e.get("ph") == "X" and e["name"].startswith("Memcpy"):
+            check(e["args"].get("bytes") == MIB, f"{path}: copy bytes {e['args']}")
+    return c
+
+
+def one_trace(suffix):
+    t = traces()
+    if not check(len(t) == 1 and t[0].endswith(suffix), f"expected one *{suffix} trace, got {t}"):
+        return None
+    return t[0]
+
+
+# ---------------------------------------------------------------- cases
+
+def case_basic_json(a):
+    rc, out, err = run(["basic"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
+                                           "GPUPROF_TRACE_FORMAT": "json"})
+    check(rc == 0 and "basic: done" in out, f"program exited {rc}")
+    path = one_trace(".json")
+    if path:
+        # The process exited 59 s before the capture's end: its file was finished at exit.
+        check_json_basic(path, "start")
+    st = summary().get("captures", {})
+    check(st.get("count") == 1 and st.get("last", {}).get("files") == [path] and
+          st["last"].get("truncated") is False, f"summary captures {st}")
+
+
+def case_gzip(a):
+    rc, out, err = run(["basic"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
+                                           "GPUPROF_TRACE_FORMAT": "json.gz"})
+    check(rc == 0, f"program exited {rc}")
+    path = one_trace(".json.gz")
+    if path:
+        check_json_basic(path, "start")
+
+
+def case_perfetto(a):
+    """The native encoding of a run has the content of the JSON encoding of the same run."""
+    rc, out, err = run(["basic"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
+                                           "GPUPROF_TRACE_FORMAT": "perfetto"})
+    check(rc == 0, f"program exited {rc}")
+    path = one_trace(".pftrace")
+    if not path or not check(a.protoc, "protoc not found (Debian package protobuf-compiler)"):
+        return
+    c = content_pftrace(path, a.proto, a.protoc)
+    if c is None:
+        return
+    check_basic(c, path)
+    end = next((i for i in c["instants"] if i["name"] == "trace end"), None)
+    if check(end is not None, f"{path}: no trace end instant"):
+        check(end["args"].get("capture_trigger") == "start" and
+              end["args"].get("dropped_api_calls") == 0, f"{path}: metadata {end['args']}")
+
+
+def case_gpu_only_ondemand(a):
+    rc, out, err = run(["after"], a.prog, {"GPUPROF_MODE": "ondemand", "GPUPROF_GPU_ONLY": "1",
+                                           "GPUPROF_CAPTURE_ON_START": "1s",
+                                           "GPUPROF_TRACE_FORMAT": "json"})
+    check(rc == 0, f"program exited {rc}")
+    path = one_trace(".json")
+    if path:
+        c = check_json_basic(path, "start", gpu_only=True, mode="ondemand")
+        if c:
+            check(not any(e.get("ph") in ("s", "f") for e in c["events"]), f"{path}: flows")
+    s = summary()
+    # No API callback was ever enabled, and nothing was collected after the capture.
+    check(s["api"] == {"runtime": 0, "driver": 0}, f"summary api {s['api']}")
+    names = {k["name"]: k["count"] for k in s["kernels"]["by_name"]}
+    check(names == {"k_small": 3, "k_big": 2, "k_thread": 4}, f"summary kernels {names}")
+
+
+def case_size_cap(a):
+    rc, out, err = run(["many", "20000"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
+                                                   "GPUPROF_TRACE_FORMAT": "json",
+                                                   "GPUPROF_TRACE_MAX_SIZE": "1M"})
+    check(rc == 0 and "many: 20000 launches" in out, f"program exited {rc}")
+    check("GPUPROF_TRACE_MAX_SIZE" in err, "no size cap line on stderr")
+    path = one_trace(".json")
+    if not path:
+        return
+    size = os.path.getsize(path)
+    check(MIB // 2 < size <= MIB, f"{path}: {size} bytes for a 1 MiB cap")
+    s = validate(path)
+    if s:
+        meta = s["metadata"] or {}
+        check("size cap" in str(meta.get("truncated", "")), f"{path}: no truncation note")
+        check(meta.get("size_cap_bytes") == MIB, f"{path}: size_cap_bytes")
+        check(meta.get("discarded_events", 0) > 0, f"{path}: discarded_events")
+    st = summary().get("captures", {}).get("last", {})
+    check(st.get("truncated") is True and st.get("dropped", 0) > 0, f"summary captures {st}")
+
+
+def case_killed(a):
+    rc, out, _ = run(["many", "20000", "sleep"], a.prog,
+                     {"GPUPROF_CAPTURE_ON_START": "60s", "GPUPROF_TRACE_FORMAT": "json"},
+                     kill_after_line="sleeping")
+    check(rc == -signal.SIGKILL, f"program was not killed: {rc}")
+    path = one_trace(".json")
+    if path:
+        s = validate(path, want_truncated=True)
+        if s:
+            check(s["form"] == "array", f"{path}: form {s['form']}")
+            check(s["slices"] > 5000, f"{path}: only {s['slices']} slices survived")
+
+
+def case_signal(a):
+    rc, out, err = run(["signal"], a.prog, {"GPUPROF_CAPTURE_SIGNAL": "SIGUSR2",
+                                            "GPUPROF_TRACE_FORMAT": "json"})
+    check(rc == 0 and "basic: done" in out, f"program exited {rc}")
+    path = one_trace(".json")
+    if path:
+        check_json_basic(path, "signal")
+
+
+def case_own_handler(a):
+    rc, out, err = run(["own-handler"], a.prog, {"GPUPROF_CAPTURE_SIGNAL": "SIGUSR2",
+                                                 "GPUPROF_TRACE_FORMAT": "json"})
+    check(rc == 0 and "own handler: 1 calls" in out, f"program exited {rc}: {out!r}")
+    check("already has a handler" in err, "no refusal line on stderr")
+    check(traces() == [], f"a capture was written: {traces()}")
+
+
+def case_api(a):
+    rc, out, err = run(["api"], a.prog, {"GPUPROF_TRACE_FORMAT": "json"}, preload=a.agent)
+    check(rc == 0, f"program exited {rc}")
+    check("api: start 0, again -16" in out and "api: stop 0, again -2" in out,
+          f"API results: {out!r}")
+    path = one_trace(".json")
+    if path:
+        check_json_basic(path, "api")
+
+
+def case_api_absent(a):
+    rc, out, err = run(["api"], a.prog, {"GPUPROF_TRACE_FORMAT": "json"})
+    check(rc == 0 and "api: not available" in out and "basic: done" in out,
+          f"program exited {rc}: {out!r}")
+    check(traces() == [], f"a capture was written: {traces()}")
+
+
+CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    ap.add_argument("--prog", required=True)
+    ap.add_argument("--proto", required=True)
+    ap.add_argument("--protoc", default="")
+    ap.add_argument("--agent", required=True)
+    a = ap.parse_args()
+    if not a.protoc or a.protoc.endswith("NOTFOUND"):
+        a.protoc = shutil.which("protoc")
+    CASES[a.case](a)
+    if failures:
+        print(f"{len(failures)} checks failed", file=sys.stderr)
+        return 1
+    print(f"capture case {a.case}: all checks passed", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""End-to-end test of the control socket through the gpuprof command.
+
+Usage (from ctest; tests/lib/GpuprofTest.cmake sets the agent's environment):
+    run_capture.py --scenario pid|all|busy --gpuprof BIN --workload BIN --validator PY
+
+Starts multi-threaded workloads (tests/control/workload.c) under the agent in ondemand mode
+with their own GPUPROF_RUN_DIR, then drives them with `gpuprof list`, `gpuprof capture` and
+`gpuprof stop`, and checks what came back against what the programs did:
+
+  pid   list shows the process (pid, mode, agent state, GPU 0, command) and drops a stale
+        socket of a dead process (removing its file); `capture --pid` prints one trace file
+        that validate_trace.py accepts and that holds every thread's kernel and its
+        cuLaunchKernel calls; list then shows the capture as finished.
+  all   two processes: `capture --all` writes one file per process, each with its own pid and
+        all four kernels, and the two capture windows overlap.
+  busy  a second capture while one runs exits 3 (busy) naming the running one; `stop` ends
+        the first early, which then prints its file; `capture` with several agents and no
+        --pid/--all is a usage error (2); an empty run dir exits 4 naming GPUPROF_RUN_DIR.
+
+Every scenario ends the workloads, checks their exit status and stdout, and that each socket
+file was removed at exit.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+KERNELS = ["ctl_kernel_%d" % i for i in range(4)]
+WAIT_S = 30  # hang guards, not performance assertions
+SANITIZER_BANNERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
+
+
+class Failed(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failed(msg)
+
+
+class Workloads:
+    def __init__(self, args, n):
+        self.args = args
+        self.work = os.environ.get("E2E_WORKDIR") or "/tmp/gpuprof-control-e2e"
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+        self.run_dir = os.path.join(self.work, "run")
+        self.traces = os.path.join(self.work, "traces")
+        self.stop_file = os.path.join(self.work, "stop")
+        self.procs = []
+        for i in range(n):
+            env = dict(os.environ)
+            env.update({
+                "GPUPROF_MODE": "ondemand",
+                "GPUPROF_RUN_DIR": self.run_dir,
+                "GPUPROF_OUTPUT_DIR": os.path.join(self.work, "output-%d" % i),
+                "GPUPROF_SUMMARY_FILE": os.path.join(self.work, "summary-%d.json" % i),
+            })
+            p = subprocess.Popen([args.workload, self.stop_file, str(WAIT_S * 3)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs.append(p)
+        deadline = time.time() + WAIT_S
+        for p in self.procs:
+            while not os.path.exists(self.sock(p.pid)):
+                if p.poll() is not None or time.time() > deadline:
+                    self.finish(expect_ok=False)
+                    raise Failed("pid %d never created %s" % (p.pid, self.sock(p.pid)))
+                time.sleep(0.05)
+
+    def sock(self, pid):
+        return os.path.join(self.run_dir, "gpuprof-%d.sock" % pid)
+
+    def pids(self):
+        return [p.pid for p in self.procs]
+
+    def gpuprof(self, *argv, expect=0, timeout=WAIT_S * 2):
+        cmd = [self.args.gpuprof] + list(argv)
+        env = dict(os.environ)
+        env["GPUPROF_RUN_DIR"] = self.run_dir
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        print("$ %s  -> %d\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
+        check(not any(b in r.stderr for b in SANITIZER_BANNERS),
+              "a sanitizer reported in gpuprof %s" % argv[0])
+        if expect is not None:
+            check(r.returncode == expect,
+                  "%s exited %d, expected %d" % (" ".join(argv), r.returncode, expect))
+        return r
+
+    def finish(self, expect_ok=True):
+        with open(self.stop_file, "w"):
+            pass
+        for p in self.procs:
+            try:
+                out, err = p.communicate(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            sys.stderr.write(err)
+            if not expect_ok:
+                continue
+            check(p.returncode == 0, "workload %d exited %d" % (p.pid, p.returncode))
+            check(out == "workload: 4 threads launched kernels\n",
+                  "workload %d printed %r" % (p.pid, out))
+            check(not any(b in err for b in SANITIZER_BANNERS),
+                  "a sanitizer reported in workload %d" % p.pid)
+            check(not os.path.exists(self.sock(p.pid)),
+                  "the socket of %d was not removed at exit" % p.pid)
+
+
+def list_rows(r):
+    """pid -> the row's columns (PID AGENT MODE CAPTURE... GPUS COMMAND)."""
+    rows = {}
+    lines = r.stdout.splitlines()
+    check(lines and lines[0].split()[:3] == ["PID", "AGENT", "MODE"], "list has no header")
+    for line in lines[1:]:
+        rows[int(line.split()[0])] = line
+    return rows
+
+
+def validate(args, path, pid):
+    """Runs validate_trace.py with the program's expectations; returns the trace summary."""
+    exp = {
+        "truncated": False,
+        "metadata": {"pid": pid, "capture_trigger": "control"},
+        "metadata_keys": ["capture_start_ns", "capture_end_ns", "capture_id"],
+        "slices": [{"name": k, "min_count": 1} for k in KERNELS]
+                  + [{"name": "cuLaunchKernel", "min_count": 4}],
+    }
+    exp_file = path + ".expect.json"
+    with open(exp_file, "w") as f:
+        json.dump(exp, f)
+    r = subprocess.run([sys.executable, args.validator, path, "--expect-json", exp_file,
+                        "--summary"], capture_output=True, text=True)
+    print(r.stderr)
+    check(r.returncode == 0, "%s does not validate: %s" % (path, r.stdout[-2000:]))
+    return json.loads(r.stdout)
+
+
+def capture_files(r, traces):
+    files = r.stdout.splitlines()
+    for f in files:
+        check(f.startswith(traces + "/"), "%s is not in --output %s" % (f, traces))
+        check(os.path.getsize(f) > 0, "%s is empty" % f)
+    return files
+
+
+def stale_socket(run_dir):
+    """A socket file nobody listens on, named after a process that has exited."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path = os.path.join(run_dir, "gpuprof-%d.sock" % dead.pid)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()
+    return dead.pid, path
+
+
+def scenario_pid(args):
+    w = Workloads(args, 1)
+    pid = w.pids()[0]
+    try:
+        dead, stale = stale_socket(w.run_dir)
+        r = w.gpuprof("list")
+        rows = list_rows(r)
+        check(pid in rows, "list does not show pid %d" % pid)
+        check(dead not in rows, "list shows the stale socket of pid %d" % dead)
+        check(not os.path.exists(stale), "list did not remove the stale %s" % stale)
+        cols = rows[pid].split()
+        check(cols[1:4] == ["active", "ondemand", "idle"], "list row: %r" % rows[pid])
+        check(cols[4] == "0", "list shows GPUs %r, expected 0" % cols[4])
+        check(args.workload in rows[pid], "list row lacks the command: %r" % rows[pid])
+
+        r = w.gpuprof("capture", "--pid", str(pid), "--duration", "1500ms", "--format", "json",
+                      "--output", w.traces)
+        files = capture_files(r, w.traces)
+        check(len(files) == 1, "capture printed %d files" % len(files))
+        check("-%d-" % pid in os.path.basename(files[0]), "file %s lacks the pid" % files[0])
+        check(re.search(r"pid %d: capture #1 started" % pid, r.stderr), "no start line")
+        validate(args, files[0], pid)
+
+        rows = list_rows(w.gpuprof("list"))
+        check(rows[pid].split()[3:6] == ["idle", "(last", "#1)"], "after: %r" % rows[pid])
+    finally:
+        w.finish()
+
+
+def scenario_all(args):
+    w = Workloads(args, 2)
+    try:
+        r = w.gpuprof("capture", "--all", "--duration", "1500ms", "--format", "json",
+                      "--output", w.traces)
+        files = capture_files(r, w.traces)
+        check(len(files) == 2, "capture --all printed %d files" % len(files))
+        windows = []
+        for pid in w.pids():
+            mine = [f for f in files if "-%d-" % pid in os.path.basename(f)]
+            check(len(mine) == 1, "pid %d has %d files" % (pid, len(mine)))
+            s = validate(args, mine[0], pid)
+            meta = s["metadata"]
+            windows.append((int(meta["capture_start_ns"]), int(meta["capture_end_ns"])))
+        check(max(a for a, _ in windows) < min(b for _, b in windows),
+              "the capture windows do not overlap: %r" % windows)
+    finally:
+        w.finish()
+
+
+def scenario_busy(args):
+    w = Workloads(args, 2)
+    pid = w.pids()[0]
+    try:
+        # Several agents and no target: a usage error listing them.
+        r = w.gpuprof("capture", expect=2)
+        check("pass --pid N or --all" in r.stderr, "no hint: %r" % r.stderr)
+
+        env = dict(os.environ, GPUPROF_RUN_DIR=w.run_dir)
+        first = subprocess.Popen([args.gpuprof, "capture", "--pid", str(pid), "--duration", "60s",
+                                  "--output", w.traces, "--format", "json"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + WAIT_S
+        while "running #1" not in list_rows(w.gpuprof("list")).get(pid, ""):
+            check(time.time() < deadline and first.poll() is None, "the capture never ran")
+            time.sleep(0.1)
+
+        r = w.gpuprof("capture", "--pid", str(pid), "--duration", "2s", expect=3)
+        check("busy: capture 1 is running in pid %d" % pid in r.stderr, "busy: %r" % r.stderr)
+
+        r = w.gpuprof("stop", "--pid", str(pid))
+        check("capture #1 stopped" in r.stderr, "stop: %r" % r.stderr)
+        out, err = first.communicate(timeout=WAIT_S)
+        print(out, err)
+        check(first.returncode == 0, "the stopped capture exited %d" % first.returncode)
+        files = [f for f in out.splitlines() if f]
+        check(len(files) == 1 and os.path.exists(files[0]), "stopped capture files: %r" % files)
+        validate(args, files[0], pid)
+
+        r = w.gpuprof("stop", "--pid", str(pid), expect=1)
+        check("not-running" in r.stderr, "second stop: %r" % r.stderr)
+        r = w.gpuprof("capture", "--pid", "1", "--run-dir", w.work, expect=4)
+        check("GPUPROF_RUN_DIR" in r.stderr, "no-agent message: %r" % r.stderr)
+    finally:
+        w.finish()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scenario", choices=["pid", "all", "busy"], required=True)
+    ap.add_argument("--gpuprof", required=True)
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--validator", required=True)
+    args = ap.parse_args()
+    try:
+        {"pid": scenario_pid, "all": scenario_all, "busy": scenario_busy}[args.scenario](args)
+    except Failed as e:
+        print("FAILED: %s" % e)
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

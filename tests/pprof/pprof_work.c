@@ -1,0 +1,164 @@
+/* Known GPU work for the pprof tests: kernels, allocations and copies from named call chains. */
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/stacks/stk.h"
+
+/* Durations the checker expects (ns); the simulator runs each launch for exactly this. */
+#define NS_A 5000
+#define NS_B 7000
+#define NS_W 3000
+
+static CUfunction k_a, k_b;
+
+STK_FRAME static void pp_launch_a(void)
+{
+  for (int i = 0; i < 3; i++)
+    STK_CU(cuLaunchKernel(k_a, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+}
+
+STK_FRAME static void pp_launch_b(void)
+{
+  for (int i = 0; i < 2; i++)
+    STK_CU(cuLaunchKernel(k_a, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+  STK_CU(cuLaunchKernel(k_b, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+}
+
+/* Two allocations kept, one freed: in use 2 MiB + 1 MiB from here... */
+STK_FRAME static void pp_alloc_keep(void)
+{
+  CUdeviceptr p, q, r;
+
+  STK_CU(cuMemAlloc(&p, 1 << 20));
+  STK_CU(cuMemAlloc(&q, 2 << 20));
+  STK_CU(cuMemAlloc(&r, 4096));
+  STK_CU(cuMemFree(r));
+}
+
+/* ...allocated and freed again: allocated 3 x 8 KiB, none in use. */
+STK_FRAME static void pp_alloc_free(void)
+{
+  for (int i = 0; i < 3; i++) {
+    CUdeviceptr p;
+    STK_CU(cuMemAlloc(&p, 8192));
+    STK_CU(cuMemFree(p));
+  }
+}
+
+STK_FRAME static void pp_alloc_pinned(void)
+{
+  void *h;
+
+  STK_CU(cuMemAllocHost(&h, 16384));
+}
+
+STK_FRAME static void pp_alloc_managed(void)
+{
+  CUdeviceptr p;
+
+  STK_CU(cuMemAllocManaged(&p, 65536, CU_MEM_ATTACH_GLOBAL));
+}
+
+/* HtoD 2 x 4096, DtoH 1 x 1000, DtoD 1 x 2048, memset 512. */
+STK_FRAME static void pp_copy(void)
+{
+  static char host[4096];
+  CUdeviceptr a, b;
+
+  STK_CU(cuMemAlloc(&a, 4096));
+  STK_CU(cuMemAlloc(&b, 4096));
+  STK_CU(cuMemcpyHtoD(a, host, 4096));
+  STK_CU(cuMemcpyHtoD(b, host, 4096));
+  STK_CU(cuMemcpyDtoH(host, a, 1000));
+  STK_CU(cuMemcpyDtoD(b, a, 2048));
+  STK_CU(cuMemsetD8(a, 0, 512));
+  STK_CU(cuMemFree(a));
+  STK_CU(cuMemFree(b));
+}
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeps until `ms` milliseconds past the next whole second (GPUPROF_WINDOW=1s). */
+static void sleep_to_next_second(unsigned ms)
+{
+  uint64_t t = now_ns(), target = (t / 1000000000ull + 1) * 1000000000ull + ms * 1000000ull;
+  struct timespec ts = {(time_t)(target / 1000000000ull), (long)(target % 1000000000ull)};
+
+  while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL))
+    ;
+}
+
+STK_FRAME static void pp_window_one(CUfunction k)
+{
+  CUdeviceptr p;
+
+  for (int i = 0; i < 2; i++)
+    STK_CU(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+  STK_CU(cuMemAlloc(&p, 1000));
+}
+
+STK_FRAME static void pp_window_two(CUfunction k)
+{
+  CUdeviceptr p;
+
+  for (int i = 0; i < 3; i++)
+    STK_CU(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+  STK_CU(cuMemAlloc(&p, 2000));
+}
+
+STK_FRAME static void pp_sampled(CUfunction k, int n)
+{
+  for (int i = 0; i < n; i++)
+    STK_CU(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+}
+
+int main(int argc, char **argv)
+{
+  const char *mode = argc > 1 ? argv[1] : "basic";
+
+  stk_context();
+  if (!strcmp(mode, "basic")) {
+    k_a = stk_kernel("pp_kernel_a");
+    k_b = stk_kernel("pp_kernel_b");
+    fakegpu_set_kernel_duration_ns("pp_kernel_a", NS_A);
+    fakegpu_set_kernel_duration_ns("pp_kernel_b", NS_B);
+    pp_launch_a();
+    pp_launch_b();
+    pp_alloc_keep();
+    pp_alloc_free();
+    pp_alloc_pinned();
+    pp_alloc_managed();
+    pp_copy();
+  } else if (!strcmp(mode, "windows")) {
+    CUfunction k1 = stk_kernel("pp_kernel_w1"), k2 = stk_kernel("pp_kernel_w2");
+
+    fakegpu_set_kernel_duration_ns("pp_kernel_w1", NS_W);
+    fakegpu_set_kernel_duration_ns("pp_kernel_w2", NS_W);
+    /* Well inside each window: the memory cut comes at the first tick after a window's end. */
+    sleep_to_next_second(200);
+    printf("window1 %llu\n", (unsigned long long)(now_ns() / 1000000000ull));
+    pp_window_one(k1);
+    sleep_to_next_second(500);
+    printf("window2 %llu\n", (unsigned long long)(now_ns() / 1000000000ull));
+    pp_window_two(k2);
+  } else if (!strcmp(mode, "sampled")) {
+    CUfunction k = stk_kernel("pp_kernel_s");
+
+    fakegpu_set_kernel_duration_ns("pp_kernel_s", 1000);
+    pp_sampled(k, 400);
+  } else {
+    fprintf(stderr, "usage: %s basic|windows|sampled\n", argv[0]);
+    return 2;
+  }
+  STK_CU(cuCtxSynchronize());
+  printf("pprof_work: done\n");
+  return 0;
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""End to end: a program on the simulated GPU under the shipped agent pushes its pprof windows.
+
+Usage: e2e_upload.py [--api push|ingest] -- PROGRAM ARGS...   (run by ctest through
+gpuprof_add_e2e_test, which sets the agent, the simulator and GPUPROF_OUTPUT_DIR/SUMMARY_FILE).
+
+Checks: every profile file the agent wrote was uploaded byte for byte (and nothing else), with
+the configured labels and a valid pprof (the receiver applies Pyroscope's rules); the summary's
+"pyroscope" counters agree; the program's stdout and exit status are what it gives without the
+agent (numbers masked: the program prints timestamps).
+"""
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_pyroscope import Receiver, Failed, check, eq  # noqa: E402
+
+SERIES = {"gpu_time": "gpu", "gpu_memory": "gpu_memory", "memcpy": "gpu_memcpy"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--api", default="push")
+    ap.add_argument("cmd", nargs="+")
+    a = ap.parse_args()
+    work = os.environ["E2E_WORKDIR"]
+    out_dir = os.environ["GPUPROF_OUTPUT_DIR"]
+    summary = os.environ["GPUPROF_SUMMARY_FILE"]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+
+    base_env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+    base = subprocess.run(a.cmd, env=base_env, capture_output=True, text=True, timeout=60)
+
+    r = Receiver(work, 0)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = dict(os.environ, GPUPROF_PYROSCOPE_URL=f"http://127.0.0.1:{port}",
+                   GPUPROF_PYROSCOPE_API=a.api, GPUPROF_APP_NAME="pprof-work",
+                   GPUPROF_TAGS="env=ci", GPUPROF_K8S_POD="work-0", GPUPROF_K8S_NAMESPACE="gpu",
+                   GPUPROF_K8S_NODE="node-1", NO_PROXY="127.0.0.1")
+        for k in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+            env.pop(k, None)
+        t = time.monotonic()
+        run = subprocess.run(a.cmd, env=env, capture_output=True, text=True, timeout=60)
+        wall = time.monotonic() - t
+    finally:
+        r.stop()
+
+    def mask(s):
+        return re.sub(r"\d+", "N", s)
+
+    eq("exit status under the agent", run.returncode, base.returncode)
+    eq("stdout under the agent (numbers masked)", mask(run.stdout), mask(base.stdout))
+    check(wall < 30, f"the program took {wall:.1f} s under the agent")
+    warn = [l for l in run.stderr.splitlines() if "gpuprof" in l]
+    eq("agent lines on stderr", warn, [])
+
+    files = sorted(glob.glob(os.path.join(out_dir, "*.pb.gz")))
+    check(files, f"no profile files in {out_dir}")
+    written = {}
+    for f in files:
+        kind = next(k for k in SERIES if f"-{k}-" in os.path.basename(f))
+        written[hashlib.sha256(open(f, "rb").read()).hexdigest()] = kind
+    recs = r.records()
+    eq("rejected requests", [x for x in recs if "rejected" in x], [])
+    acc = r.accepted()
+    got = {x["sha256"]: x for x in acc}
+    eq("uploads (one per profile file)", len(acc), len(files))
+    eq("uploaded profiles == written files", sorted(got), sorted(written))
+    for h, x in got.items():
+        want = {"service_name": "pprof-work", "env": "ci", "pod": "work-0", "namespace": "gpu",
+                "node": "node-1"}
+        if a.api == "push":
+            want.update({"__name__": SERIES[written[h]], "__delta__": "false"})
+        else:
+            want["__name__"] = x["labels"]["__name__"]
+        eq(f"labels of the {written[h]} profile", x["labels"], want)
+    # pprof_work's "windows" mode launches and allocates (no copies) in two windows.
+    kinds = sorted(written.values())
+    for k in ("gpu_time", "gpu_memory"):
+        check(kinds.count(k) >= 2, f"expected the work in two windows: {kinds.count(k)} {k}")
+
+    with open(summary) as f:
+        s = json.load(f)
+    eq("summary.pyroscope", s.get("pyroscope"),
+       {"submitted": len(files), "sent": len(files), "retried": 0, "dropped": 0, "failed": 0,
+        "bytes_sent": s.get("pyroscope", {}).get("bytes_sent")})
+    check(s["pyroscope"]["bytes_sent"] > 0, "bytes_sent is 0")
+    print(f"ok: {len(files)} profiles written and uploaded via /{a.api}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Failed as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        sys.exit(1)

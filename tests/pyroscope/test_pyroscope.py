@@ -1,0 +1,395 @@
+#!/usr/bin/env python3
+"""Uploader scenarios: upload_driver (the real uploader) against receiver.py on loopback.
+
+Each scenario starts a receiver (or none), runs the driver with GPUPROF_* settings, and checks
+exact outcomes: which numbered profiles arrived with which labels, the uploader's counters,
+the driver's output and exit status, the stderr lines, and that stopping respected the exit
+deadline (loosely: deadline + 2 s, a correctness bound, not a benchmark).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KINDS = ["gpu_time", "gpu_memory", "memcpy"]
+SERIES = {"gpu_time": "gpu", "gpu_memory": "gpu_memory", "memcpy": "gpu_memcpy"}
+SAMPLE_TYPES = {"gpu_time": ["launches", "gpu_time"], "gpu_memory": ["inuse_objects", "inuse_space"],
+                "memcpy": ["count", "bytes"]}
+ETIMEDOUT = -110
+ESHUTDOWN = -108
+
+
+class Failed(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failed(msg)
+
+
+def eq(what, got, want):
+    check(got == want, f"{what}: got {got!r}, expected {want!r}")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Receiver:
+    def __init__(self, work, port, *args):
+        self.store = os.path.join(work, "received.jsonl")
+        self.ready = os.path.join(work, "ready")
+        for f in (self.store, self.ready):
+            if os.path.exists(f):
+                os.unlink(f)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "receiver.py"), "--port", str(port),
+             "--store", self.store, "--ready", self.ready, *args])
+        self.port = port
+
+    def wait_ready(self, timeout=10):
+        t = time.time()
+        while not os.path.exists(self.ready):
+            check(self.proc.poll() is None, "the receiver exited")
+            check(time.time() - t < timeout, "the receiver did not start")
+            time.sleep(0.02)
+
+    def records(self):
+        if not os.path.exists(self.store):
+            return []
+        with open(self.store) as f:
+            return [json.loads(line) for line in f]
+
+    def accepted(self):
+        return [r for r in self.records() if "api" in r]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def run_driver(driver, env, *args, timeout=60):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROF_")}
+    full.update({"GPUPROF_LOG": "warn", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
+    for k in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        full.pop(k, None)
+    full.update(env)
+    t = time.monotonic()
+    p = subprocess.run([driver, *map(str, args)], env=full, capture_output=True, text=True,
+                       timeout=timeout)
+    wall = time.monotonic() - t
+    eq("driver exit status (stderr: " + p.stderr + ")", p.returncode, 0)
+    lines = p.stdout.splitlines()
+    eq("driver stdout lines (the uploader must print nothing)", len(lines), 1)
+    stats = json.loads(lines[0])
+    if stats["enabled"] and stats["stop_ret"] in (0, ETIMEDOUT):
+        eq("submitted == sent + dropped + failed", stats["submitted"],
+           stats["sent"] + stats["dropped"] + stats["failed"])
+    stderr = [l for l in p.stderr.splitlines() if l.strip()]
+    return stats, stderr, wall
+
+
+def windows(recs):
+    """Window number -> list of records for it (the leaf function is window_<i>)."""
+    out = {}
+    for r in recs:
+        leaves = [f for f in r["leaf_functions"] if f.startswith("window_")]
+        eq("leaf functions of one profile", len(leaves), 1)
+        out.setdefault(int(leaves[0][7:]), []).append(r)
+    return out
+
+
+def check_profile_kinds(recs, api):
+    for i, rs in windows(recs).items():
+        kind = KINDS[i % 3]
+        for r in rs:
+            eq(f"window_{i} sample types", r["sample_types"], SAMPLE_TYPES[kind])
+            want = SERIES[kind] if api == "push" else SAMPLE_TYPES[kind][-1]
+            eq(f"window_{i} __name__", r["labels"]["__name__"], want)
+
+
+def stop_bound(stats, deadline_s):
+    check(stats["stop_ms"] <= deadline_s * 1000 + 2000,
+          f"uploader_stop took {stats['stop_ms']} ms, deadline {deadline_s} s (+2 s allowed)")
+
+
+def lines_with(stderr, text):
+    return [l for l in stderr if text in l]
+
+
+# ---- scenarios ----
+
+def full_labels_env(url, api):
+    return {"GPUPROF_PYROSCOPE_URL": url, "GPUPROF_PYROSCOPE_API": api,
+            "GPUPROF_APP_NAME": "trainer", "GPUPROF_TAGS": "env=test,team=ml",
+            "GPUPROF_K8S_POD": "trainer-0", "GPUPROF_K8S_NAMESPACE": "ml",
+            "GPUPROF_K8S_NODE": "gpu-node-7", "GPUPROF_PYROSCOPE_TENANT": "team-a",
+            "GPUPROF_PYROSCOPE_USER": "1234"}
+
+
+def scenario_ok(a, work, api):
+    pw = os.path.join(work, "password")
+    with open(pw, "w") as f:
+        f.write("s3cret-token\n")  # as a Kubernetes secret file: the newline is not part of it
+    r = Receiver(work, 0, "--tenant", "team-a", "--user", "1234", "--password", "s3cret-token")
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = full_labels_env(f"http://127.0.0.1:{port}/", api)
+        env["GPUPROF_PYROSCOPE_PASSWORD_FILE"] = pw
+        # window_6 is submitted at exit, after OpenSSL's exit handler ran (see upload_driver.c).
+        env["UPLOAD_DRIVER_LATE"] = "1"
+        stats, stderr, _ = run_driver(a.driver, env, 6, 0)
+    finally:
+        r.stop()
+    eq("stderr", stderr, [])
+    recs = r.records()
+    eq("rejected requests", [x for x in recs if "rejected" in x], [])
+    acc = r.accepted()
+    eq("profiles received", sorted(windows(acc)), list(range(7)))
+    eq("each profile once", [len(v) for v in windows(acc).values()], [1] * 7)
+    for x in acc:
+        labels = {"service_name": "trainer", "env": "test", "team": "ml", "pod": "trainer-0",
+                  "namespace": "ml", "node": "gpu-node-7"}
+        if api == "push":
+            labels["__delta__"] = "false"
+        labels["__name__"] = x["labels"]["__name__"]
+        eq("labels", x["labels"], labels)
+        eq("tenant header", x["tenant"], "team-a")
+        check(x["user_agent"].startswith("gpuprof/"), f"user agent {x['user_agent']!r}")
+        if api == "ingest":
+            check(x["from"] <= x["time_nanos"] // 10**9 <= x["until"],
+                  f"from/until {x['from']}..{x['until']} do not hold time_nanos {x['time_nanos']}")
+    check_profile_kinds(acc, api)
+    eq("stats", {k: stats[k] for k in ("enabled", "submitted", "sent", "retried", "dropped",
+                                       "failed", "submit_errors", "stop_ret")},
+       {"enabled": 1, "submitted": 7, "sent": 7, "retried": 0, "dropped": 0, "failed": 0,
+        "submit_errors": 0, "stop_ret": 0})
+    eq("bytes_sent", stats["bytes_sent"] > 0, True)
+
+
+def scenario_exit_only(a, work, api):
+    """The only profile is submitted at exit, after OpenSSL's exit handler ran: libcurl's first
+    use comes after it (a crash before agent/uploader.c pinned OpenSSL)."""
+    r = Receiver(work, 0)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}", "GPUPROF_PYROSCOPE_API": api,
+               "UPLOAD_DRIVER_LATE": "1"}
+        stats, stderr, _ = run_driver(a.driver, env, 0, 0)
+    finally:
+        r.stop()
+    eq("stderr", stderr, [])
+    eq("profiles received", sorted(windows(r.accepted())), [0])
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "dropped", "failed", "stop_ret")},
+       {"submitted": 1, "sent": 1, "dropped": 0, "failed": 0, "stop_ret": 0})
+
+
+def scenario_transient(a, work, mode, count, extra_env=None, extra_args=()):
+    """The first `count` requests fail transiently; everything still arrives, in order."""
+    r = Receiver(work, 0, "--mode", mode, "--count", str(count), *extra_args)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}", "GPUPROF_APP_NAME": "t",
+               "GPUPROF_EXIT_TIMEOUT": "30s"}
+        env.update(extra_env or {})
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    finally:
+        r.stop()
+    recs = r.records()
+    eq("rejected requests", [x for x in recs if "rejected" in x], [])
+    eq("misbehaving answers", len([x for x in recs if "misbehaved" in x]), count)
+    got = windows(r.accepted())
+    eq("profiles received", sorted(got), [0, 1, 2])
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "retried", "dropped", "failed",
+                                       "stop_ret")},
+       {"submitted": 3, "sent": 3, "retried": count, "dropped": 0, "failed": 0, "stop_ret": 0})
+    # One line per outage, not one per attempt.
+    eq("'cannot upload' lines", len(lines_with(stderr, "cannot upload to Pyroscope")), 1)
+    check(all("gpuprof" in l for l in stderr), f"unexpected stderr: {stderr}")
+    return got
+
+
+def scenario_slow(a, work):
+    # The first answer takes 3 s; requests time out after 500 ms and are retried. The server
+    # stores the first copy late, so window_0 may arrive twice: delivery is at least once.
+    r = Receiver(work, 0, "--mode", "slow", "--count", "1", "--delay", "3")
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}",
+               "GPUPROF_UPLOAD_TIMEOUT": "500ms", "GPUPROF_EXIT_TIMEOUT": "20s"}
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+        time.sleep(3.5)  # let the slow handler finish and store its copy
+    finally:
+        r.stop()
+    eq("rejected requests", [x for x in r.records() if "rejected" in x], [])
+    eq("profiles received", sorted(windows(r.accepted())), [0, 1, 2])
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "retried", "dropped", "failed")},
+       {"submitted": 3, "sent": 3, "retried": 1, "dropped": 0, "failed": 0})
+    eq("'cannot upload' lines", len(lines_with(stderr, "cannot upload to Pyroscope")), 1)
+    check("timed out" in lines_with(stderr, "cannot upload")[0].lower() or
+          "timeout" in lines_with(stderr, "cannot upload")[0].lower(),
+          f"the warning does not say it timed out: {stderr}")
+
+
+def scenario_down(a, work):
+    port = free_port()  # nothing listens: connection refused
+    env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}", "GPUPROF_EXIT_TIMEOUT": "1s"}
+    stats, stderr, wall = run_driver(a.driver, env, 5, 0)
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "dropped", "failed", "stop_ret")},
+       {"submitted": 5, "sent": 0, "dropped": 5, "failed": 0, "stop_ret": ETIMEDOUT})
+    check(stats["retried"] >= 1, f"no retries: {stats}")
+    stop_bound(stats, 1)
+    eq("'cannot upload' lines", len(lines_with(stderr, "cannot upload to Pyroscope")), 1)
+    check(f"127.0.0.1:{port}" in lines_with(stderr, "cannot upload")[0], "the URL is not named")
+    eq("exit-deadline lines", len(lines_with(stderr, "not uploaded to Pyroscope")), 1)
+    check("5 profile(s)" in lines_with(stderr, "not uploaded")[0], stderr)
+    eq("stderr lines", len(stderr), 2)
+
+
+def scenario_down_then_up(a, work):
+    # Queue of 4; 10 profiles are submitted while the server is down; it comes up after 2 s.
+    # The uploader holds the one it is retrying plus the newest 4; the rest are dropped and
+    # counted, and everything it held arrives.
+    port = free_port()
+    r = Receiver(work, port, "--start-delay", "2")
+    try:
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}", "GPUPROF_UPLOAD_QUEUE": "4",
+               "GPUPROF_EXIT_TIMEOUT": "20s"}
+        stats, stderr, _ = run_driver(a.driver, env, 10, 0, 4, 20000)
+    finally:
+        r.stop()
+    eq("rejected requests", [x for x in r.records() if "rejected" in x], [])
+    got = windows(r.accepted())
+    check(stats["sent"] in (4, 5), f"sent {stats['sent']}, expected the queue (4) + the one "
+          f"in flight at most: {stats}")
+    eq("sent + dropped", stats["sent"] + stats["dropped"], 10)
+    eq("failed", stats["failed"], 0)
+    eq("received == sent", len(got), stats["sent"])
+    check({6, 7, 8, 9} <= set(got), f"the newest 4 profiles did not all arrive: {sorted(got)}")
+    eq("each profile once", [len(v) for v in got.values()], [1] * len(got))
+    eq("'cannot upload' lines", len(lines_with(stderr, "cannot upload to Pyroscope")), 1)
+
+
+def scenario_slow_exit(a, work):
+    # Every answer takes 30 s, requests may take 60 s: only the exit deadline (1 s) ends them.
+    r = Receiver(work, 0, "--mode", "slow", "--count", "1000", "--delay", "30")
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}",
+               "GPUPROF_UPLOAD_TIMEOUT": "60s", "GPUPROF_EXIT_TIMEOUT": "1s"}
+        stats, stderr, wall = run_driver(a.driver, env, 2, 200)
+    finally:
+        r.stop()
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "dropped", "failed", "stop_ret")},
+       {"submitted": 2, "sent": 0, "dropped": 2, "failed": 0, "stop_ret": ETIMEDOUT})
+    stop_bound(stats, 1)
+    check(wall < 0.4 + 1 + 2 + 2, f"the driver took {wall:.1f} s to exit")
+
+
+def scenario_rejected(a, work):
+    # The server wants a tenant the driver does not send: 401, a permanent failure.
+    r = Receiver(work, 0, "--tenant", "team-a")
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}"}
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    finally:
+        r.stop()
+    eq("accepted", r.accepted(), [])
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "retried", "dropped", "failed",
+                                       "stop_ret")},
+       {"submitted": 3, "sent": 0, "retried": 0, "dropped": 0, "failed": 3, "stop_ret": 0})
+    rej = lines_with(stderr, "rejected a")
+    eq("rejection lines", len(rej), 3)
+    check("HTTP 401" in rej[0] and "X-Scope-OrgID" in rej[0], f"no status/message: {rej[0]}")
+
+
+def scenario_bad_url(a, work):
+    env = {"GPUPROF_PYROSCOPE_URL": "http://"}
+    stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    eq("stats", {k: stats[k] for k in ("enabled", "submitted", "submit_errors", "stop_ret")},
+       {"enabled": 0, "submitted": 0, "submit_errors": 3, "stop_ret": 0})
+    bad = [l for l in stderr if "GPUPROF_PYROSCOPE_URL='http://'" in l]
+    eq("bad URL lines", len(bad), 1)
+    check("uploads are off" in bad[0], bad[0])
+
+
+def scenario_bad_values(a, work):
+    r = Receiver(work, 0)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}", "GPUPROF_UPLOAD_QUEUE": "0",
+               "GPUPROF_UPLOAD_TIMEOUT": "fast", "GPUPROF_PYROSCOPE_API": "grpc",
+               "GPUPROF_EXIT_TIMEOUT": "soon", "GPUPROF_TAGS": "bad-key=1,good=2",
+               "GPUPROF_PYROSCOPE_USER": "u",
+               "GPUPROF_PYROSCOPE_PASSWORD_FILE": os.path.join(work, "missing-secret")}
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    finally:
+        r.stop()
+    for var in ("GPUPROF_UPLOAD_QUEUE='0'", "GPUPROF_UPLOAD_TIMEOUT='fast'",
+                "GPUPROF_PYROSCOPE_API='grpc'", "GPUPROF_EXIT_TIMEOUT='soon'", "'bad-key'",
+                "GPUPROF_PYROSCOPE_PASSWORD_FILE='" + os.path.join(work, "missing-secret")):
+        eq(f"lines naming {var}", len(lines_with(stderr, var)), 1)
+    eq("stderr lines", len(stderr), 6)
+    eq("sent", stats["sent"], 3)
+    for x in r.accepted():
+        eq("labels", x["labels"]["good"], "2")
+        check("bad-key" not in x["labels"], x["labels"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("scenario")
+    a = ap.parse_args()
+    work = os.path.join(a.workdir, a.scenario)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    table = {
+        "push_ok": lambda: scenario_ok(a, work, "push"),
+        "ingest_ok": lambda: scenario_ok(a, work, "ingest"),
+        "exit_only_push": lambda: scenario_exit_only(a, work, "push"),
+        "exit_only_ingest": lambda: scenario_exit_only(a, work, "ingest"),
+        "server_500": lambda: scenario_transient(a, work, "500", 3),
+        "server_429": lambda: scenario_transient(a, work, "429", 2),
+        "slow": lambda: scenario_slow(a, work),
+        "down": lambda: scenario_down(a, work),
+        "down_then_up": lambda: scenario_down_then_up(a, work),
+        "slow_exit": lambda: scenario_slow_exit(a, work),
+        "rejected": lambda: scenario_rejected(a, work),
+        "bad_url": lambda: scenario_bad_url(a, work),
+        "bad_values": lambda: scenario_bad_values(a, work),
+    }
+    try:
+        table[a.scenario]()
+    except Failed as e:
+        print(f"FAIL {a.scenario}: {e}", file=sys.stderr)
+        return 1
+    print(f"ok {a.scenario}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
