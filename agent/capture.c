@@ -22,6 +22,9 @@
 #include "agent/corr.h"
 #include "agent/ctx_map.h"
 #include "agent/event.h"
+#include "agent/hoststack.h"
+#include "agent/profiles.h"
+#include "agent/stack.h"
 #include "agent/thread.h"
 #include "agent/util/clock.h"
 #include "agent/util/export.h"
@@ -167,6 +170,20 @@ enum phase {
 #define FLOW_WAIT_NS (10ull * 1000000000ull) /* a launch's GPU record arrives within this */
 #define NAMED_SIZE 4096u                     /* threads named per capture */
 #define MAX_DEVICES 64
+/* On demand: allocations made during a capture that it follows to their free (in-use). */
+#define LIVE_MAX (1u << 20)
+
+/*
+ * The default format follows from the expected size (formats.md 3.6: the UI parses JSON in
+ * 4 GB of WebAssembly memory; a few hundred MB of JSON is the practical ceiling, 900 MB
+ * crashed it). Bytes per kernel of uncompressed JSON, from bench_trace (docs/PERFORMANCE.md):
+ * a kernel alone, and a kernel with its launch slice and flow. A .json.gz is parsed at its
+ * uncompressed size, so it counts the same.
+ */
+#define AUTO_JSON_LIMIT (256ull << 20)
+#define AUTO_JSON_BYTES_GPU_ONLY 235u
+#define AUTO_JSON_BYTES_WITH_API 562u
+#define RATE_PERIOD_NS (10ull * 1000000000ull) /* continuous mode: the rate of the last 10 s */
 
 struct pending {
   struct api_rec rec;
@@ -187,7 +204,8 @@ static struct {
   pthread_cond_t done;
   const struct config *cfg;
   struct alloc_map *allocs;
-  int ready; /* capture_init succeeded */
+  int ready;      /* capture_init succeeded */
+  int format_set; /* GPUPROF_TRACE_FORMAT was given: no size-based choice */
   /* Guarded by lock. */
   enum phase phase;
   int stop_requested;
@@ -201,8 +219,12 @@ static struct {
   int gpu_only;
   const char *trigger;
   char path[CONFIG_PATH_MAX];
+  char stem[CONFIG_PATH_MAX]; /* path without its suffix: the profiles' name stem */
   uint64_t mem_base[MAX_DEVICES];
   uint64_t dropped_at_start, zero_ts_at_start;
+  uint64_t duration_ns; /* as planned (the profiles' window) */
+  /* GPU work records per second, as last measured (0: unknown): the automatic format. */
+  _Atomic uint64_t gpu_rate;
   /* Published writer: the worker's event path loads it without the lock. */
   _Atomic(struct trace_writer *) live;
 } cap = {
@@ -225,7 +247,18 @@ static struct {
   uint32_t *named; /* tids named in this capture (open addressing, 0 empty) */
   uint64_t named_full;
   char dev_names[MAX_DEVICES][64]; /* kept across captures: DEVICE records come once */
+  /* The pprof of the capture window (NULL: none) and the files it wrote. */
+  struct profiles *prof;
+  struct alloc_map *live; /* on demand: this capture's allocations, to its end */
+  int gpu_only;
+  size_t n_prof_files;
+  char prof_files[PROFILES_KIND_COUNT][CONFIG_PATH_MAX];
+  uint64_t capture_gpu; /* GPU work records in this capture's window */
+  /* Every GPU work record seen, and the rate period (continuous mode). */
+  uint64_t seen_gpu, rate_seen_at, rate_since;
 } wk;
+
+_Static_assert(CAPTURE_MAX_FILES >= 1 + PROFILES_KIND_COUNT, "a capture lists all its files");
 
 /* Orders on-demand enabling (capture_start) before disabling (the worker's end of it). */
 static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -292,6 +325,22 @@ static int make_path(const char *dir, enum trace_format f, uint64_t id, uint64_t
   return 0;
 }
 
+/*
+ * The format when none was asked for (no request value, GPUPROF_TRACE_FORMAT unset): json.gz,
+ * unless the GPU work rate measured last predicts more uncompressed JSON for this duration
+ * than AUTO_JSON_LIMIT; then perfetto, whose in-memory form in the UI is far smaller and
+ * whose writer is faster. *expected gets the predicted GPU records (0: no rate known yet).
+ */
+static enum trace_format auto_format(uint64_t duration_ns, int gpu_only, uint64_t *expected)
+{
+  uint64_t rate = atomic_load_explicit(&cap.gpu_rate, memory_order_relaxed);
+  uint64_t per = gpu_only ? AUTO_JSON_BYTES_GPU_ONLY : AUTO_JSON_BYTES_WITH_API;
+
+  /* In ms first: rate x 24 h in ns would overflow 64 bits. */
+  *expected = rate * (duration_ns / 1000000ull) / 1000ull;
+  return *expected * per > AUTO_JSON_LIMIT ? TRACE_FORMAT_PERFETTO : TRACE_FORMAT_JSON_GZ;
+}
+
 int capture_start(const struct capture_params *p, char *err, size_t err_len)
 {
   char cmdline[2048], pname[300], host[256] = "", version[64];
@@ -301,8 +350,8 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
   struct trace_writer *w = NULL;
   enum trace_format fmt;
   const char *dir;
-  uint64_t id, duration, now;
-  int gpu_only, ret = 0, saved, entered;
+  uint64_t id, duration, now, expected = 0;
+  int gpu_only, fmt_auto, ret = 0, saved, entered;
 
   if (err_len)
     err[0] = '\0';
@@ -336,7 +385,11 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
 
   duration = p->duration_ns ? p->duration_ns : CAPTURE_DEFAULT_DURATION_NS;
   gpu_only = p->gpu_only == -1 ? cap.cfg->gpu_only : p->gpu_only;
-  fmt = to_trace_format(p->format == -1 ? (int)cap.cfg->trace_format : p->format);
+  fmt_auto = p->format == -1 && !cap.format_set;
+  if (fmt_auto)
+    fmt = auto_format(duration, gpu_only, &expected);
+  else
+    fmt = to_trace_format(p->format == -1 ? (int)cap.cfg->trace_format : p->format);
   dir = p->output_dir[0] ? p->output_dir : cap.cfg->output_dir;
   now = clock_realtime_ns();
 
@@ -350,6 +403,8 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
     snprintf(err, err_len, "the output directory name is too long: %s", dir);
     goto out;
   }
+  snprintf(cap.stem, sizeof(cap.stem), "%.*s",
+           (int)(strlen(cap.path) - strlen(trace_format_suffix(fmt))), cap.path);
   read_cmdline(cmdline, sizeof(cmdline));
   files_hostname(host, sizeof(host));
   snprintf(pname, sizeof(pname), "%s (%d)", program_invocation_short_name, (int)getpid());
@@ -375,6 +430,16 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
   trace_writer_meta_uint(w, "capture_start_ns", now);
   trace_writer_meta_uint(w, "gpu_only", (uint64_t)gpu_only);
   trace_writer_meta_string(w, "mode", config_mode_name(cap.cfg->mode));
+  if (fmt_auto) {
+    trace_writer_meta_uint(w, "trace_format_auto", 1);
+    trace_writer_meta_uint(w, "expected_gpu_records", expected);
+    if (fmt == TRACE_FORMAT_PERFETTO)
+      log_info("capture %llu: about %llu GPU records expected in %llu s, more JSON than "
+               "ui.perfetto.dev loads well: writing perfetto (GPUPROF_TRACE_FORMAT or --format "
+               "chooses)",
+               (unsigned long long)id, (unsigned long long)expected,
+               (unsigned long long)(duration / 1000000000ull));
+  }
 
   /* The memory counter starts from what the agent knows is in use (nothing in on-demand
    * mode, where allocations are only seen during captures). */
@@ -392,6 +457,7 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
   cap.writer = w;
   cap.start_ns = now;
   cap.deadline_ns = now + duration;
+  cap.duration_ns = duration;
   cap.gpu_only = gpu_only;
   cap.trigger = trigger_name(p->trigger);
   cap.dropped_at_start = ws.dropped_records;
@@ -701,15 +767,187 @@ static void write_memory(const struct event *ev)
   note_write(trace_writer_memory(wk.w, d, ev->start_ns, (uint64_t)wk.mem[d]));
 }
 
+/* ---- the pprof of the capture window ---- */
+
+static void profile_written(void *arg, int kind, const char *path)
+{
+  (void)arg;
+  (void)kind;
+  if (wk.n_prof_files < PROFILES_KIND_COUNT)
+    snprintf(wk.prof_files[wk.n_prof_files++], sizeof(wk.prof_files[0]), "%s", path);
+}
+
+/*
+ * A second profiles instance, owned by the capture: one window from the capture's start for
+ * its planned duration, files next to the trace. It gets no alloc_map: alloc_map_window's
+ * counters belong to the continuous windows, so the capture accounts memory itself.
+ */
+static void profile_open(uint64_t start_ns, uint64_t duration_ns, const char *stem)
+{
+  char dir[CONFIG_PATH_MAX];
+  const char *slash = strrchr(stem, '/');
+  struct profiles_options o = {
+      .output_dir = dir,
+      .window_ns = duration_ns,
+      .write_files = 1,
+      .stacks = wk.gpu_only ? NULL : hoststack_table(),
+      .sample_every = hoststack_sample_every(),
+      .pid = (int)getpid(),
+      .origin_ns = start_ns,
+      .file_stem = stem,
+      .file_written = profile_written,
+  };
+
+  /* The trace's directory (the request's --output, or GPUPROF_OUTPUT_DIR). */
+  if (slash)
+    snprintf(dir, sizeof(dir), "%.*s", slash == stem ? 1 : (int)(slash - stem), stem);
+  else
+    snprintf(dir, sizeof(dir), ".");
+  wk.n_prof_files = 0;
+  wk.prof = profiles_new(&o, start_ns);
+  /* On demand the shared map misses every free between captures (and GPU-only captures
+   * update it not at all): in-use at the end is what this capture saw allocated and not
+   * freed. */
+  if (wk.prof && cap.cfg->mode == CONFIG_MODE_ONDEMAND)
+    wk.live = alloc_map_new(LIVE_MAX);
+  if (!wk.prof || (cap.cfg->mode == CONFIG_MODE_ONDEMAND && !wk.live))
+    log_warn("out of memory for the profiles of a capture; it writes the trace only");
+}
+
+/* CUpti_ActivityMemoryKind -> the allocation kind and the device it is accounted to; -1:
+ * not an allocation the profiles count (pageable, static). */
+static int memory_alloc_kind(const struct event *ev, int32_t *device)
+{
+  *device = (int32_t)ev->device;
+  switch (ev->u.memory.memory_kind) {
+  case 2:
+    *device = ALLOC_DEVICE_HOST;
+    return ALLOC_KIND_PINNED;
+  case 3:
+    return ev->flags & EVENT_F_ASYNC ? ALLOC_KIND_ASYNC : ALLOC_KIND_DEVICE;
+  case 4:
+    return ALLOC_KIND_DEVICE;
+  case 5:
+    return ALLOC_KIND_MANAGED;
+  default:
+    return -1;
+  }
+}
+
+/* alloc_* from the allocation records of the window, by the joined API call's stack. */
+static void profile_memory(const struct event *ev, const struct corr_info *api)
+{
+  struct profiles_memory m = {0};
+  int kind = memory_alloc_kind(ev, &m.device);
+
+  if (kind < 0)
+    return;
+  if (ev->u.memory.op == EVENT_MEMORY_ALLOCATION) {
+    m.api = api ? api->api_name : NULL;
+    m.stack_id = api ? api->stack_id : STACK_ID_NONE;
+    m.kind = (uint8_t)kind;
+    m.alloc_objects = 1;
+    m.alloc_bytes = (int64_t)ev->u.memory.bytes;
+    profiles_memory_add(wk.prof, ev->start_ns, &m);
+    if (wk.live) {
+      struct alloc_info info = {.size = ev->u.memory.bytes,
+                                .device = m.device,
+                                .kind = m.kind,
+                                .corr_id = ev->corr_id,
+                                .api = m.api,
+                                .stack_id = m.stack_id};
+      alloc_map_insert(wk.live, ALLOC_SPACE_VA, ev->u.memory.address, &info);
+    }
+  } else if (ev->u.memory.op == EVENT_MEMORY_RELEASE && wk.live) {
+    alloc_map_remove(wk.live, ALLOC_SPACE_VA, ev->u.memory.address, NULL);
+  }
+}
+
+/* The GPU work and allocations that start inside the window (the trace also shows slices that
+ * only overlap it). */
+static void profile_event(const struct event *ev, const struct corr_info *api)
+{
+  if (ev->flags & EVENT_F_NO_TIMING || ev->start_ns < wk.start_ns)
+    return;
+  if (event_is_gpu_work(ev))
+    wk.capture_gpu++;
+  if (!wk.prof)
+    return;
+  /* GPU-only: device activity alone, so leaf-only samples, each record counted once. */
+  if (wk.gpu_only)
+    api = NULL;
+  if (event_is_gpu_work(ev)) {
+    profiles_event(wk.prof, ev, api);
+  } else if (ev->kind == EVENT_MEMORY) {
+    profile_memory(ev, api);
+  }
+}
+
+static void live_to_profile(const struct alloc_info *info, void *arg)
+{
+  struct profiles_memory m = {.api = wk.gpu_only ? NULL : info->api,
+                              .stack_id = wk.gpu_only ? STACK_ID_NONE : info->stack_id,
+                              .device = info->device,
+                              .kind = info->kind,
+                              .inuse_objects = 1,
+                              .inuse_bytes = (int64_t)info->size};
+
+  (void)arg;
+  profiles_memory_add(wk.prof, 0, &m);
+}
+
+/* Adds in-use at the end and writes the profiles (their paths land in wk.prof_files). */
+static void profile_finish(uint64_t end_ns)
+{
+  if (!wk.prof)
+    return;
+  /* Continuous mode: every live allocation the agent knows, as at the end of the capture
+   * (the map as of now, at most a flush interval later). */
+  if (wk.live)
+    alloc_map_for_each(wk.live, live_to_profile, NULL);
+  else if (cap.allocs)
+    alloc_map_for_each(cap.allocs, live_to_profile, NULL);
+  profiles_finish(wk.prof, end_ns);
+  profiles_free(wk.prof);
+  wk.prof = NULL;
+  alloc_map_free(wk.live);
+  wk.live = NULL;
+}
+
+/* GPU work records per second, for auto_format: continuous mode measures every period. */
+static void rate_tick(uint64_t now_ns)
+{
+  if (cap.cfg->mode != CONFIG_MODE_CONTINUOUS)
+    return;
+  if (!wk.rate_since || now_ns < wk.rate_since) {
+    wk.rate_since = now_ns;
+    wk.rate_seen_at = wk.seen_gpu;
+    return;
+  }
+  if (now_ns - wk.rate_since < RATE_PERIOD_NS)
+    return;
+  atomic_store_explicit(&cap.gpu_rate,
+                        (wk.seen_gpu - wk.rate_seen_at) * 1000000000ull / (now_ns - wk.rate_since),
+                        memory_order_relaxed);
+  wk.rate_since = now_ns;
+  wk.rate_seen_at = wk.seen_gpu;
+}
+
 /* First sight of a published writer on the worker: set up what only the worker touches. */
 static void adopt(struct trace_writer *w)
 {
+  uint64_t duration;
+
   pthread_mutex_lock(&cap.lock);
   wk.start_ns = cap.start_ns;
   wk.flows = !cap.gpu_only;
+  wk.gpu_only = cap.gpu_only;
+  wk.capture_gpu = 0;
+  duration = cap.duration_ns;
   for (int d = 0; d < MAX_DEVICES; d++)
     wk.mem[d] = (int64_t)cap.mem_base[d];
   pthread_mutex_unlock(&cap.lock);
+  profile_open(wk.start_ns, duration, cap.stem);
   wk.w = w;
   wk.end_ns = UINT64_MAX;
   wk.cap_hit = wk.error = wk.flushed = 0;
@@ -731,6 +969,8 @@ static void on_event(void *arg, const struct event *ev, const struct corr_info *
   struct trace_writer *w = atomic_load_explicit(&cap.live, memory_order_acquire);
 
   (void)arg;
+  if (event_is_gpu_work(ev))
+    wk.seen_gpu++;
   /* Device names arrive once (at init, or when enabled): kept whether or not a capture runs. */
   if (ev->kind == EVENT_DEVICE && ev->device < MAX_DEVICES &&
       strncmp(wk.dev_names[ev->device], ev->u.device.name, sizeof(wk.dev_names[0]) - 1)) {
@@ -746,6 +986,7 @@ static void on_event(void *arg, const struct event *ev, const struct corr_info *
     drain_rings();
   if (ev->start_ns >= wk.end_ns)
     return;
+  profile_event(ev, api);
   if (event_is_gpu_work(ev)) {
     if (ev->flags & EVENT_F_NO_TIMING || ev->end_ns < wk.start_ns)
       return;
@@ -796,6 +1037,12 @@ static void finish(void)
   ret = trace_writer_close(wk.w);
   if (ret && !error)
     error = ret;
+  profile_finish(end_ns);
+  /* On demand the rate is measured only while a capture collects: this one's. */
+  if (cap.cfg->mode == CONFIG_MODE_ONDEMAND && end_ns >= wk.start_ns + 1000000ull)
+    atomic_store_explicit(&cap.gpu_rate,
+                          wk.capture_gpu * 1000ull / ((end_ns - wk.start_ns) / 1000000ull),
+                          memory_order_relaxed);
 
   free(wk.pending);
   free(wk.gpu_wait);
@@ -818,6 +1065,8 @@ static void finish(void)
   cap.st.last_error = error;
   cap.st.n_files = 1;
   snprintf(cap.st.files[0], sizeof(cap.st.files[0]), "%s", cap.path);
+  for (size_t i = 0; i < wk.n_prof_files && cap.st.n_files < CAPTURE_MAX_FILES; i++)
+    snprintf(cap.st.files[cap.st.n_files++], sizeof(cap.st.files[0]), "%s", wk.prof_files[i]);
   pthread_cond_broadcast(&cap.done);
   pthread_mutex_unlock(&cap.lock);
 
@@ -841,6 +1090,7 @@ static void on_tick(void *arg, uint64_t now_ns)
   int begin_end = 0, do_finish = 0;
 
   (void)arg;
+  rate_tick(now_ns);
   if (!w)
     return;
   if (w != wk.w)
@@ -990,6 +1240,7 @@ int capture_init(const struct config *cfg, struct alloc_map *allocs)
 
   cap.cfg = cfg;
   cap.allocs = allocs;
+  cap.format_set = cfg->trace_format_set;
   ring_key_ok = pthread_key_create(&ring_key, ring_thread_exit) == 0;
   ret = worker_add_consumer(&c);
   if (ret) {

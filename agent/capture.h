@@ -9,7 +9,7 @@
 #include "agent/config.h"
 
 #define CAPTURE_DEFAULT_DURATION_NS (60ull * 1000000000ull)
-#define CAPTURE_MAX_FILES 4
+#define CAPTURE_MAX_FILES 4 /* the trace and its gpu_time, gpu_memory and memcpy profiles */
 
 /* What a caller (control socket, GPUPROF_CAPTURE_ON_START, signal, public API) asks for. */
 struct capture_params {
@@ -28,13 +28,13 @@ enum capture_state {
 
 struct capture_status {
   enum capture_state state;
-  uint64_t id;                     /* increments per capture started; 0: none yet */
+  uint64_t id; /* increments per capture started; 0: none yet */
   int gpu_only;
-  uint64_t started_ns, ends_ns;    /* CLOCK_REALTIME; of the running or the last capture */
-  uint64_t events, bytes;          /* written so far / in total */
-  uint64_t dropped;                /* events lost (records dropped, size cap) */
-  int last_error;                  /* 0, or the negative errno the last capture ended with */
-  size_t n_files;                  /* files written by the last finished capture */
+  uint64_t started_ns, ends_ns; /* CLOCK_REALTIME; of the running or the last capture */
+  uint64_t events, bytes;       /* written so far / in total */
+  uint64_t dropped;             /* events lost (records dropped, size cap) */
+  int last_error;               /* 0, or the negative errno the last capture ended with */
+  size_t n_files;               /* files written by the last finished capture */
   char files[CAPTURE_MAX_FILES][CONFIG_PATH_MAX];
   int truncated; /* the last capture reached GPUPROF_TRACE_MAX_SIZE (its file is still valid) */
 };

@@ -39,6 +39,7 @@ static const char *const known_vars[] = {
     "GPUPROF_K8S_NODE",
     "GPUPROF_CUPTI_PATH",
     "GPUPROF_TEST_CUPTI_WHEELS_ONLY",
+    "GPUPROF_TEST_CURL_PATH",
     "GPUPROF_SUMMARY_FILE",
     "GPUPROF_BUFFER_SIZE",
     "GPUPROF_BUFFER_LIMIT",
@@ -591,6 +592,8 @@ void config_load(struct config *cfg)
     bad_value("GPUPROF_GPU_ONLY", v, "0 or 1", "using 0");
   }
 
+  v = env("GPUPROF_TRACE_FORMAT");
+  cfg->trace_format_set = v && *v;
   cfg->trace_format = (enum config_trace_format)load_enum(
       "GPUPROF_TRACE_FORMAT", formats, 3, CONFIG_TRACE_JSON_GZ, "one of json, json.gz, perfetto");
   load_size("GPUPROF_TRACE_MAX_SIZE", &cfg->trace_max_size, 1ull << 20, 1ull << 40,
@@ -632,6 +635,10 @@ void config_load(struct config *cfg)
     cfg->cupti_wheels_only = 0;
     bad_value("GPUPROF_TEST_CUPTI_WHEELS_ONLY", v, "0 or 1", "using 0");
   }
+  /* Test-only: the library the Pyroscope uploader dlopens instead of libcurl.so.4, so that a
+   * test can make it missing on a machine that has it. */
+  load_string("GPUPROF_TEST_CURL_PATH", cfg->test_curl_path, sizeof(cfg->test_curl_path),
+              "loading libcurl.so.4");
   load_string("GPUPROF_SUMMARY_FILE", cfg->summary_file, sizeof(cfg->summary_file),
               "using the default summary path");
 

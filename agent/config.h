@@ -48,6 +48,7 @@ struct config {
   uint64_t capture_on_start_ns; /* 0: no capture at start */
   int gpu_only;
   enum config_trace_format trace_format;
+  int trace_format_set; /* GPUPROF_TRACE_FORMAT was given (else captures may pick by size) */
   uint64_t trace_max_size; /* size cap of one capture's trace file, bytes */
   int capture_signal;      /* 0: no signal trigger; else the signal that starts/stops a capture */
   char run_dir[CONFIG_PATH_MAX];
@@ -68,6 +69,7 @@ struct config {
   char k8s_node[256];
   char cupti_path[CONFIG_PATH_MAX];   /* "": search (cupti/loader.c) */
   int cupti_wheels_only; /* test knob GPUPROF_TEST_CUPTI_WHEELS_ONLY: search wheels only */
+  char test_curl_path[CONFIG_PATH_MAX]; /* test knob GPUPROF_TEST_CURL_PATH; "": libcurl.so.4 */
   char summary_file[CONFIG_PATH_MAX]; /* "": <output_dir>/gpuprof-<host>-<pid>-summary.json */
   uint64_t buffer_size;
   uint64_t buffer_limit;

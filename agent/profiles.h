@@ -32,6 +32,23 @@ struct profiles_options {
   size_t max_keys;            /* distinct (stack, leaf, device) per profile and window */
   const char *host;
   int pid;
+  /* A capture's profiles (agent/capture.c): one window of window_ns from origin_ns instead of
+   * wall-clock-aligned ones, and files named <file_stem>-<kind>.pb.gz. 0 / NULL: windows. */
+  uint64_t origin_ns;
+  const char *file_stem;
+  /* Called after each file is written (on the writing thread); NULL: not called. */
+  void (*file_written)(void *arg, int kind, const char *path);
+  void *file_written_arg;
+};
+
+/* Memory accounted by the owner of an instance without allocs (a capture, which must not take
+ * the continuous windows' alloc_map_window counters). */
+struct profiles_memory {
+  const char *api;   /* the allocation API (CUPTI functionName); NULL: the kind names the leaf */
+  uint32_t stack_id; /* STACK_ID_NONE: the leaf alone */
+  int32_t device;    /* ALLOC_DEVICE_HOST for pinned memory */
+  uint8_t kind;      /* enum alloc_kind */
+  int64_t alloc_objects, alloc_bytes, inuse_objects, inuse_bytes;
 };
 
 #define PROFILES_DEFAULT_MAX_KEYS (1u << 16)
@@ -55,6 +72,8 @@ void profiles_free(struct profiles *p);
 
 /* A decoded device event and the API call that caused it (NULL when not joined). */
 void profiles_event(struct profiles *p, const struct event *ev, const struct corr_info *api);
+/* Adds to the memory profile of the window that holds ts (0: the newest open window). */
+void profiles_memory_add(struct profiles *p, uint64_t ts, const struct profiles_memory *m);
 /* Opens the window of now, cuts memory and closes (writes) windows that are due. */
 void profiles_tick(struct profiles *p, uint64_t now_ns);
 /* Writes every open window, the last one as a partial window ending at now. */

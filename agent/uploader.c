@@ -2,7 +2,6 @@
 #define LOG_MODULE "pyroscope"
 #include "agent/uploader.h"
 
-#include <curl/curl.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +16,7 @@
 #include "agent/util/clock.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
+#include "export/curl_api.h"
 #include "export/pyroscope.h"
 #include "gpuprof/gpuprof.h"
 
@@ -54,6 +54,7 @@ static struct {
   struct pyroscope_labels labels[N_KINDS];
   struct pyroscope_client_options opt;
   char url[CONFIG_PATH_MAX];
+  char curl_path[CONFIG_PATH_MAX]; /* GPUPROF_TEST_CURL_PATH; "": libcurl.so.4 */
   char user_agent[64];
   uint64_t timeout_ns, exit_timeout_ns;
   unsigned left_at_exit; /* entries the thread dropped when it stopped */
@@ -84,6 +85,29 @@ static int past_deadline(void *arg)
   return d && clock_monotonic_ns() >= d;
 }
 
+/* ---- libcurl, loaded on the upload thread ---- */
+
+/*
+ * libgpuprof.so does not link libcurl (export/curl_api.h): a process without a Pyroscope URL
+ * never maps libcurl or OpenSSL. The upload thread loads it, once, before its first request;
+ * written only by that thread before anything reads it through u.opt.curl, and never unloaded
+ * (a thread abandoned at exit may still be inside it).
+ */
+static struct curl_api curl;
+
+static int load_curl(char *why, size_t len)
+{
+  char err[384];
+  int ret = curl_api_load(u.curl_path[0] ? u.curl_path : NULL, &curl, err, sizeof(err));
+
+  if (ret)
+    snprintf(why, len,
+             "GPUPROF_PYROSCOPE_URL is set but libcurl cannot be loaded (%s): uploads need "
+             "libcurl.so.4, from the Debian/Ubuntu package libcurl4",
+             err);
+  return ret;
+}
+
 /* ---- OpenSSL at exit ---- */
 
 /*
@@ -96,8 +120,9 @@ static int past_deadline(void *arg)
  * when the application initialized OpenSSL before us, its cleanup was registered before our
  * handler and runs after it). As a safety net, OPENSSL_INIT_BASE_ONLY returns 0 once
  * OpenSSL was cleaned up (an application calling OPENSSL_cleanup itself): libcurl is then not
- * touched again. The library is looked up among those already loaded (libcurl's), never
- * loaded: a libcurl built on another TLS library simply skips this.
+ * touched again. The library is looked up among those already loaded, never loaded: first in
+ * the scope of the libcurl we dlopen'ed (RTLD_LOCAL keeps its OpenSSL out of RTLD_DEFAULT),
+ * then globally and by soname; a libcurl built on another TLS library simply skips this.
  */
 #define OSSL_INIT_BASE_ONLY 0x00040000ull /* OPENSSL_INIT_BASE_ONLY, OpenSSL >= 1.1.0 */
 #define OSSL_INIT_NO_ATEXIT 0x00080000ull /* OPENSSL_INIT_NO_ATEXIT, OpenSSL >= 1.1.1b */
@@ -110,7 +135,10 @@ static void openssl_keep_until_we_exit(void)
   static const char *const libs[] = {"libcrypto.so.3", "libcrypto.so.1.1"};
   void *h;
 
-  ossl_init = (ossl_init_fn)dlsym(RTLD_DEFAULT, "OPENSSL_init_crypto");
+  if (curl.lib)
+    ossl_init = (ossl_init_fn)dlsym(curl.lib, "OPENSSL_init_crypto");
+  if (!ossl_init)
+    ossl_init = (ossl_init_fn)dlsym(RTLD_DEFAULT, "OPENSSL_init_crypto");
   for (size_t i = 0; !ossl_init && i < sizeof(libs) / sizeof(libs[0]); i++) {
     h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
     if (h)
@@ -254,16 +282,31 @@ static unsigned drop_all_locked(struct entry *cur)
   return n;
 }
 
+static int check_url(const char *url, char *why, size_t len);
+
 static void *uploader_main(void *arg)
 {
+  struct pyroscope_client_options opt = u.opt;
   struct pyroscope_client *client = NULL;
   struct entry cur = {0};
   uint64_t backoff = 0, next_try = 0, rng = clock_monotonic_ns() ^ (uint64_t)getpid() << 32;
   unsigned failures = 0, rejections = 0, left;
-  char why[256];
+  char why[CONFIG_PATH_MAX + 512]; /* may quote the URL */
+  int ret;
 
   (void)arg;
   guard_hold();
+  /* Stopped before it ran, with nothing to send (the agent went inactive right after
+   * starting us): libcurl is not worth loading. */
+  pthread_mutex_lock(&u.lock);
+  ret = u.stop && !u.count;
+  pthread_mutex_unlock(&u.lock);
+  if (ret)
+    return NULL;
+  /* Loaded here, not in uploader_start: the application's thread (inside cuInit) never waits
+   * for the loader to map libcurl and its dependencies. */
+  if (load_curl(why, sizeof(why)))
+    goto disable;
   /*
    * curl_global_init here, not in the application's thread inside cuInit: it initializes
    * OpenSSL and friends, which costs milliseconds we need not add to the application's start.
@@ -274,14 +317,19 @@ static void *uploader_main(void *arg)
    * using libcurl has, and the window is the first milliseconds of this thread.
    */
   openssl_keep_until_we_exit();
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+  if (curl.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
     snprintf(why, sizeof(why), "libcurl cannot initialize");
     goto disable;
   }
-  if (!(curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_THREADSAFE))
+  if (!(curl.version_info(CURLVERSION_NOW)->features & CURL_VERSION_THREADSAFE))
     log_debug("libcurl %s does not promise a thread-safe curl_global_init",
-              curl_version_info(CURLVERSION_NOW)->version);
-  client = pyroscope_client_new(&u.opt);
+              curl.version_info(CURLVERSION_NOW)->version);
+  /* A bad URL is a configuration error, reported once here rather than per upload. */
+  ret = check_url(u.url, why, sizeof(why));
+  if (ret)
+    goto disable;
+  opt.curl = &curl;
+  client = pyroscope_client_new(&opt);
   if (!client) {
     snprintf(why, sizeof(why), "cannot create a libcurl handle (out of memory?)");
     goto disable;
@@ -404,45 +452,43 @@ disable:
 
 /* ---- interface ---- */
 
+/* On the upload thread, with libcurl loaded: why is the complete message on failure. */
 static int check_url(const char *url, char *why, size_t len)
 {
-  CURLU *h = curl_url();
+  CURLU *h = curl.url();
   char *host = NULL, *scheme = NULL;
+  const char *bad = NULL;
   int ret = 0;
 
-  if (!h)
+  if (!h) {
+    snprintf(why, len, "GPUPROF_PYROSCOPE_URL='%s' is not checkable (out of memory)", url);
     return -ENOMEM;
-  if (curl_url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
-      curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-      curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host[0]) {
-    snprintf(why, len, "not a URL libcurl can parse");
-    ret = -EINVAL;
-  } else if (strcmp(scheme, "http") && strcmp(scheme, "https")) {
-    snprintf(why, len, "not an http:// or https:// URL");
+  }
+  if (curl.url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
+      curl.url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+      curl.url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host[0])
+    bad = "not a URL libcurl can parse";
+  else if (strcmp(scheme, "http") && strcmp(scheme, "https"))
+    bad = "not an http:// or https:// URL";
+  if (bad) {
+    snprintf(why, len, "GPUPROF_PYROSCOPE_URL='%s' is %s", url, bad);
     ret = -EINVAL;
   }
-  curl_free(host);
-  curl_free(scheme);
-  curl_url_cleanup(h);
+  curl.free(host);
+  curl.free(scheme);
+  curl.url_cleanup(h);
   return ret;
 }
 
 int uploader_start(const struct config *cfg)
 {
-  char why[128];
   sigset_t all, old;
   int ret;
 
   if (!cfg->pyroscope_url[0])
     return 0;
   snprintf(u.url, sizeof(u.url), "%s", cfg->pyroscope_url);
-  /* A bad URL is a configuration error, reported once here rather than per upload. */
-  ret = check_url(u.url, why, sizeof(why));
-  if (ret) {
-    log_warn("GPUPROF_PYROSCOPE_URL='%s' is %s; Pyroscope uploads are off", u.url,
-             ret == -ENOMEM ? "not checkable (out of memory)" : why);
-    return ret;
-  }
+  snprintf(u.curl_path, sizeof(u.curl_path), "%s", cfg->test_curl_path);
   u.cap = (unsigned)cfg->upload_queue;
   u.ring = calloc(u.cap, sizeof(*u.ring));
   ret = u.ring ? build_labels(cfg) : -ENOMEM;

@@ -23,7 +23,10 @@ struct config;
  */
 
 /* Starts the thread when cfg->pyroscope_url is set (returns 0 and does nothing otherwise).
- * 0 or -errno; on failure one stderr line, and uploads stay off. Call once. */
+ * 0 or -errno; on failure one stderr line, and uploads stay off. Call once. Nothing here
+ * touches libcurl: the thread loads it (dlopen, cfg->test_curl_path or libcurl.so.4) and
+ * checks the URL with it; when either fails it logs one line, drops what was queued (counted
+ * as dropped) and later submissions get -ESHUTDOWN. */
 int uploader_start(const struct config *cfg);
 
 /* Queues one encoded profile (gzip pprof) for upload; copies the bytes. Never blocks on the

@@ -15,36 +15,58 @@
  * (a packet is appended to the output buffer whole, and the buffer is written on packet
  * boundaries). protobuf-c packs each packet into the output buffer; the framing is ours.
  *
- * One packet sequence (trusted_packet_sequence_id 1). The first packet clears the incremental
- * state, sets CLOCK_REALTIME as the sequence's timestamp clock (trace_packet_defaults) and
- * carries a ClockSnapshot of REALTIME and BOOTTIME taken at open, so that the importer can
- * place CUPTI's wall-clock timestamps on its own (boot time) axis and line the trace up with
- * other processes' traces. Event names and kernel launch configurations are interned: the
- * first packet that uses a name carries it in interned_data and every packet refers to it by
- * iid, so a kernel's name is stored once however often it runs.
+ * Sequences (trusted_packet_sequence_id). Sequence 1 carries what is not an event: the first
+ * packet (clears the incremental state, sets CLOCK_REALTIME as its timestamp clock and holds
+ * a ClockSnapshot of REALTIME and BOOTTIME taken at open, so that the importer can place
+ * CUPTI's wall-clock timestamps on its own boot-time axis and line the trace up with other
+ * processes' traces), the track descriptors and the metadata instants. Every track that has
+ * events gets a sequence of its own (id = track uuid + 1), started by one packet before its
+ * first event that sets, for that sequence only:
+ *   - the track: trace_packet_defaults.track_event_defaults.track_uuid, so events carry none;
+ *   - an incremental clock (id 64, sequence-scoped, snapshot = base time against REALTIME) as
+ *     the timestamp clock: each event's timestamp is the delta from the previous event of the
+ *     track, two varint bytes for back-to-back kernels instead of nine. An event earlier than
+ *     the previous one (a late record; an outer API call written after its inner one) carries
+ *     an absolute REALTIME timestamp and timestamp_clock_id 1 instead, and leaves the
+ *     incremental clock where it was;
+ *   - the interned categories and debug annotation names (fixed tables, iid = index + 1).
+ * Event names and kernel launch strings are interned too: one table per trace gives each
+ * distinct string an iid, and the first event of a sequence that uses an iid carries its
+ * definition in interned_data (Perfetto scopes iids to a sequence). A kernel's launch
+ * configuration (grid, block, registers, shared memory) is one interned string, so a kernel
+ * launched the same way a million times stores it once per track and costs a 3-byte
+ * reference per launch.
+ *
+ * Packets carry no SEQ_NEEDS_INCREMENTAL_STATE flag: the importer uses it only to drop packets
+ * of a sequence whose state was lost (a ring buffer that wrapped), which a file written front
+ * to back never has; it would cost 2 bytes per packet.
  *
  * Slices are a TYPE_SLICE_BEGIN and a TYPE_SLICE_END on the track (TrackEvent has no complete
- * event); they are written together when the slice arrives, already fitted to the track by
- * trace.c. Flows: the API call's BEGIN carries flow_ids, the GPU slice's BEGIN the same id
- * in terminating_flow_ids.
+ * event); both are written together when the slice arrives, already fitted to the track by
+ * trace.c. Flows: the API call's BEGIN carries flow_ids, the GPU slice's BEGIN the same id in
+ * terminating_flow_ids. The per-event packets use the EventPacket/EventBody views of the
+ * schema (export/proto/perfetto_trace.proto): same bytes, a few fields for protobuf-c to walk.
  */
 
-#define SEQ_ID 1
+#define SEQ_MAIN 1
 #define SEQ_CLEARED 1
-#define SEQ_NEEDS_STATE 2
 #define CLOCK_ID_REALTIME 1
 #define CLOCK_ID_BOOTTIME 6
+#define CLOCK_ID_TRACK 64 /* sequence-scoped: every track sequence defines its own */
 #define INTERN_MAX 65536u
-#define META_UUID UINT64_MAX /* the "gpuprof" track; trace.c's uuids count from 1 */
 #define INTERN_BYTES_MAX (16u << 20)
+/* The "gpuprof" metadata track: trace.c's uuids count from 1 up to TRACE_MAX_TRACKS. */
+#define META_UUID ((uint64_t)TRACE_MAX_TRACKS + 1)
 
 typedef Gpuprof__Perfetto__TracePacket Packet;
 typedef Gpuprof__Perfetto__TrackEvent Event;
+typedef Gpuprof__Perfetto__EventPacket HotPacket;
+typedef Gpuprof__Perfetto__EventBody HotEvent;
 typedef Gpuprof__Perfetto__TrackDescriptor Descriptor;
 typedef Gpuprof__Perfetto__DebugAnnotation Annotation;
 typedef Gpuprof__Perfetto__InternedData Interned;
 
-/* Debug annotation names, interned once in the first packet with iid = index + 1. */
+/* Debug annotation names, interned at the start of every track sequence, iid = index + 1. */
 enum {
   ANN_LAUNCH = 1,
   ANN_BYTES,
@@ -60,20 +82,38 @@ static const char *const ann_names[ANN_COUNT] = {"launch",     "bytes",     "ban
                                                  "value",      "graph_id",  "graph_node_id",
                                                  "src_device", "dst_device"};
 
+/* Categories, the JSON encoding's "cat" values, interned the same way. */
+enum { CAT_API = 1, CAT_SYNC, CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_COUNT = CAT_MEMSET };
+static const char *const cat_names[CAT_COUNT] = {"cuda_api", "cuda_sync", "kernel", "gpu_memcpy",
+                                                 "gpu_memset"};
+
 /* Strings interned by content; memory grows with distinct strings only, up to a bound. */
 struct intern {
   char **keys;
   uint64_t *iids;
   uint32_t cap, len;
   size_t bytes;
+  char **by_iid; /* by_iid[iid - 1]: the string, for sequences that have not seen it yet */
+  uint32_t by_iid_cap;
 };
+
+/* What the encoder knows about one track's sequence. */
+struct seq_state {
+  uint64_t last_ts; /* the incremental clock's value: the last delta-encoded timestamp */
+  uint64_t *seen[2];
+  uint32_t seen_words[2];
+  uint8_t started;
+};
+enum { SEEN_NAME = 0, SEEN_STRING = 1 };
 
 #define NAME_CACHE 1024
 #define LAUNCH_CACHE 256
 
 struct trace_encoder {
-  struct intern names;   /* EventName iids */
-  struct intern strings; /* debug annotation string values */
+  struct intern names;    /* EventName iids */
+  struct intern strings;  /* debug annotation string values (launch configurations) */
+  struct seq_state *seqs; /* by track uuid */
+  uint32_t nseqs;
   /* In front of the interning tables: kernel names are CUPTI-owned strings whose pointers
    * repeat, and launch configurations repeat; both caches are checked against content. */
   struct {
@@ -96,8 +136,8 @@ static uint64_t str_hash(const char *s, size_t n)
   return h;
 }
 
-/* The iid of s; *is_new set when it was just added (the packet must then carry it). 0: the
- * table is full, write the string inline. */
+/* The iid of s; *is_new set when it was just added. 0: the table is full (or out of memory),
+ * write the string inline. */
 static uint64_t intern_get(struct intern *t, const char *s, size_t n, int *is_new, const char **key)
 {
   uint32_t i;
@@ -143,10 +183,19 @@ lookup_only:
     }
   if ((t->len + 1) * 2 > t->cap || t->bytes + n > INTERN_BYTES_MAX)
     return 0;
+  if (t->len >= t->by_iid_cap) {
+    uint32_t ncap = t->by_iid_cap ? t->by_iid_cap * 2 : 256;
+    char **nb = realloc(t->by_iid, ncap * sizeof(*nb));
+    if (!nb)
+      return 0;
+    t->by_iid = nb;
+    t->by_iid_cap = ncap;
+  }
   t->keys[i] = strndup(s, n);
   if (!t->keys[i])
     return 0;
   t->iids[i] = ++t->len;
+  t->by_iid[t->len - 1] = t->keys[i];
   t->bytes += n + 1;
   *is_new = 1;
   if (key)
@@ -160,6 +209,36 @@ static void intern_free(struct intern *t)
     free(t->keys[i]);
   free(t->keys);
   free(t->iids);
+  free(t->by_iid);
+}
+
+/* Whether the sequence has had iid's definition. */
+static int seq_seen(const struct seq_state *q, int which, uint64_t iid)
+{
+  uint64_t word = iid >> 6;
+  return word < q->seen_words[which] && (q->seen[which][word] >> (iid & 63) & 1);
+}
+
+/* Records that the sequence now has iid's definition; -ENOMEM leaves it unrecorded (the next
+ * event defines it again). */
+static int seq_mark(struct seq_state *q, int which, uint64_t iid)
+{
+  uint64_t word = iid >> 6;
+
+  if (word >= q->seen_words[which]) {
+    uint32_t n = q->seen_words[which] ? q->seen_words[which] : 4;
+    uint64_t *nb;
+    while (n <= word)
+      n *= 2;
+    nb = realloc(q->seen[which], n * sizeof(*nb));
+    if (!nb)
+      return -ENOMEM;
+    memset(nb + q->seen_words[which], 0, (n - q->seen_words[which]) * sizeof(*nb));
+    q->seen[which] = nb;
+    q->seen_words[which] = n;
+  }
+  q->seen[which][word] |= 1ull << (iid & 63);
+  return 0;
 }
 
 static size_t put_varint(uint8_t *p, uint64_t v)
@@ -203,8 +282,8 @@ static int emit(struct trace_writer *w, const Packet *pkt, unsigned nevents)
   return emit_sized(w, pkt, gpuprof__perfetto__trace_packet__get_packed_size(pkt), nevents);
 }
 
-/* Appends pkt without the cap check: for what the cap already paid for (a slice's END) and
- * for the closing metadata, which lives in the reserve below the cap. */
+/* Appends pkt without the cap check: for the closing metadata, which lives in the reserve
+ * below the cap. */
 static int emit_raw(struct trace_writer *w, const Packet *pkt)
 {
   size_t n = gpuprof__perfetto__trace_packet__get_packed_size(pkt), h;
@@ -219,14 +298,12 @@ static int emit_raw(struct trace_writer *w, const Packet *pkt)
   return 0;
 }
 
-static void packet_init(Packet *pkt, uint64_t ts)
+static void packet_init(Packet *pkt, uint32_t seq, uint64_t ts)
 {
   gpuprof__perfetto__trace_packet__init(pkt);
   pkt->optional_trusted_packet_sequence_id_case =
       GPUPROF__PERFETTO__TRACE_PACKET__OPTIONAL_TRUSTED_PACKET_SEQUENCE_ID_TRUSTED_PACKET_SEQUENCE_ID;
-  pkt->trusted_packet_sequence_id = SEQ_ID;
-  pkt->has_sequence_flags = 1;
-  pkt->sequence_flags = SEQ_NEEDS_STATE;
+  pkt->trusted_packet_sequence_id = seq;
   if (ts) {
     pkt->has_timestamp = 1;
     pkt->timestamp = ts;
@@ -249,6 +326,15 @@ static void ann_uint(Annotation *a, uint64_t name_iid, uint64_t v)
   a->uint_value = v;
 }
 
+static void ann_double(Annotation *a, uint64_t name_iid, double v)
+{
+  gpuprof__perfetto__debug_annotation__init(a);
+  a->name_field_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__NAME_FIELD_NAME_IID;
+  a->name_iid = name_iid;
+  a->value_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__VALUE_DOUBLE_VALUE;
+  a->double_value = v;
+}
+
 static void ann_named_str(Annotation *a, const char *name, const char *v)
 {
   gpuprof__perfetto__debug_annotation__init(a);
@@ -268,7 +354,7 @@ static void ann_named_uint(Annotation *a, const char *name, uint64_t v)
 }
 
 /* The trace metadata, as an instant on the "gpuprof" track (the format has no metadata
- * block of its own that the importer shows). */
+ * block of its own that the importer shows). On sequence 1, absolute REALTIME. */
 static int meta_instant(struct trace_writer *w, uint64_t ts, const char *name, int at_end)
 {
   Packet pkt;
@@ -280,8 +366,7 @@ static int meta_instant(struct trace_writer *w, uint64_t ts, const char *name, i
 
   if (!at_end) {
     /* Described here rather than through trace.c's table: it is the writer's own track. */
-    packet_init(&pkt, 0);
-    pkt.has_sequence_flags = 0;
+    packet_init(&pkt, SEQ_MAIN, 0);
     gpuprof__perfetto__track_descriptor__init(&d);
     d.has_uuid = 1;
     d.uuid = META_UUID;
@@ -297,7 +382,7 @@ static int meta_instant(struct trace_writer *w, uint64_t ts, const char *name, i
 
   snprintf(base, sizeof(base), "%llu", (unsigned long long)w->meta.base_ns);
   ann_named_str(&a[n++], "base_time_ns", base);
-  ann_named_str(&a[n++], "trace_writer", "gpuprof trace 1");
+  ann_named_str(&a[n++], "trace_writer", "gpuprof trace 2");
   ann_named_str(&a[n++], "agent", w->meta.agent_version);
   ann_named_uint(&a[n++], "pid", w->meta.pid);
   if (w->meta.command_line)
@@ -324,7 +409,7 @@ static int meta_instant(struct trace_writer *w, uint64_t ts, const char *name, i
   for (size_t i = 0; i < n; i++)
     ap[i] = &a[i];
 
-  packet_init(&pkt, ts);
+  packet_init(&pkt, SEQ_MAIN, ts);
   gpuprof__perfetto__track_event__init(&ev);
   ev.has_type = 1;
   ev.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_INSTANT;
@@ -345,15 +430,14 @@ static int pf_begin(struct trace_writer *w)
   Gpuprof__Perfetto__TracePacketDefaults defaults;
   Gpuprof__Perfetto__ClockSnapshot snap;
   Gpuprof__Perfetto__ClockSnapshot__Clock clocks[2], *cp[2] = {&clocks[0], &clocks[1]};
-  Interned in;
-  Gpuprof__Perfetto__DebugAnnotationName names[ANN_COUNT], *np[ANN_COUNT];
   int rc;
 
   w->enc = calloc(1, sizeof(*w->enc));
   if (!w->enc)
     return -ENOMEM;
 
-  packet_init(&pkt, 0);
+  packet_init(&pkt, SEQ_MAIN, 0);
+  pkt.has_sequence_flags = 1;
   pkt.sequence_flags = SEQ_CLEARED;
   pkt.has_first_packet_on_sequence = 1;
   pkt.first_packet_on_sequence = 1;
@@ -376,18 +460,6 @@ static int pf_begin(struct trace_writer *w)
   pkt.data_case = GPUPROF__PERFETTO__TRACE_PACKET__DATA_CLOCK_SNAPSHOT;
   pkt.clock_snapshot = &snap;
 
-  gpuprof__perfetto__interned_data__init(&in);
-  for (int i = 0; i < ANN_COUNT; i++) {
-    gpuprof__perfetto__debug_annotation_name__init(&names[i]);
-    names[i].has_iid = 1;
-    names[i].iid = (uint64_t)i + 1;
-    names[i].name = (char *)ann_names[i];
-    np[i] = &names[i];
-  }
-  in.n_debug_annotation_names = ANN_COUNT;
-  in.debug_annotation_names = np;
-  pkt.interned_data = &in;
-
   /* Not subject to the cap: trace_writer_open refuses caps below twice the reserve. */
   rc = emit(w, &pkt, 0);
   if (rc)
@@ -395,12 +467,118 @@ static int pf_begin(struct trace_writer *w)
   return meta_instant(w, w->meta.base_ns, "trace start", 0);
 }
 
+/* The state of t's sequence, started (its first packet written) if it was not. NULL: out of
+ * memory, or the start packet did not fit (*rc). */
+static struct seq_state *seq_for(struct trace_writer *w, const struct trace_track *t, int *rc)
+{
+  struct trace_encoder *enc = w->enc;
+  struct seq_state *q;
+  Packet pkt;
+  Gpuprof__Perfetto__TracePacketDefaults defaults;
+  Gpuprof__Perfetto__TrackEventDefaults ted;
+  Gpuprof__Perfetto__ClockSnapshot snap;
+  Gpuprof__Perfetto__ClockSnapshot__Clock clocks[2], *cp[2] = {&clocks[0], &clocks[1]};
+  Interned in;
+  Gpuprof__Perfetto__EventCategory cats[CAT_COUNT], *catp[CAT_COUNT];
+  Gpuprof__Perfetto__DebugAnnotationName names[ANN_COUNT], *np[ANN_COUNT];
+
+  if (t->uuid >= enc->nseqs) {
+    uint32_t n = enc->nseqs ? enc->nseqs : 16;
+    struct seq_state *ns;
+    while (n <= t->uuid)
+      n *= 2;
+    ns = realloc(enc->seqs, n * sizeof(*ns));
+    if (!ns) {
+      *rc = -ENOMEM;
+      return NULL;
+    }
+    memset(ns + enc->nseqs, 0, (n - enc->nseqs) * sizeof(*ns));
+    enc->seqs = ns;
+    enc->nseqs = n;
+  }
+  q = &enc->seqs[t->uuid];
+  if (q->started)
+    return q;
+
+  packet_init(&pkt, (uint32_t)t->uuid + 1, 0);
+  pkt.has_sequence_flags = 1;
+  pkt.sequence_flags = SEQ_CLEARED;
+  pkt.has_first_packet_on_sequence = 1;
+  pkt.first_packet_on_sequence = 1;
+  gpuprof__perfetto__trace_packet_defaults__init(&defaults);
+  defaults.has_timestamp_clock_id = 1;
+  defaults.timestamp_clock_id = CLOCK_ID_TRACK;
+  gpuprof__perfetto__track_event_defaults__init(&ted);
+  ted.has_track_uuid = 1;
+  ted.track_uuid = t->uuid;
+  defaults.track_event_defaults = &ted;
+  pkt.trace_packet_defaults = &defaults;
+
+  gpuprof__perfetto__interned_data__init(&in);
+  for (int i = 0; i < CAT_COUNT; i++) {
+    gpuprof__perfetto__event_category__init(&cats[i]);
+    cats[i].has_iid = 1;
+    cats[i].iid = (uint64_t)i + 1;
+    cats[i].name = (char *)cat_names[i];
+    catp[i] = &cats[i];
+  }
+  for (int i = 0; i < ANN_COUNT; i++) {
+    gpuprof__perfetto__debug_annotation_name__init(&names[i]);
+    names[i].has_iid = 1;
+    names[i].iid = (uint64_t)i + 1;
+    names[i].name = (char *)ann_names[i];
+    np[i] = &names[i];
+  }
+  in.n_event_categories = CAT_COUNT;
+  in.event_categories = catp;
+  in.n_debug_annotation_names = ANN_COUNT;
+  in.debug_annotation_names = np;
+  pkt.interned_data = &in;
+
+  /* The track's clock reads the base time when REALTIME does; it then only moves forward. */
+  gpuprof__perfetto__clock_snapshot__init(&snap);
+  for (int i = 0; i < 2; i++) {
+    gpuprof__perfetto__clock_snapshot__clock__init(&clocks[i]);
+    clocks[i].has_clock_id = clocks[i].has_timestamp = 1;
+    clocks[i].timestamp = w->meta.base_ns;
+  }
+  clocks[0].clock_id = CLOCK_ID_TRACK;
+  clocks[0].has_is_incremental = 1;
+  clocks[0].is_incremental = 1;
+  clocks[1].clock_id = CLOCK_ID_REALTIME;
+  snap.n_clocks = 2;
+  snap.clocks = cp;
+  pkt.data_case = GPUPROF__PERFETTO__TRACE_PACKET__DATA_CLOCK_SNAPSHOT;
+  pkt.clock_snapshot = &snap;
+
+  *rc = emit(w, &pkt, 0);
+  if (*rc)
+    return NULL;
+  q->started = 1;
+  q->last_ts = w->meta.base_ns;
+  return q;
+}
+
+/* Sets a hot packet's timestamp: a delta on the track's clock, or absolute REALTIME when the
+ * clock would have to go back. clock: the clock value, committed once the packet is written.
+ * A macro: EventPacket, KernelPacket and EndPacket are distinct types with these fields. */
+#define SET_TS(pkt, clock, ts)                                                                     \
+  do {                                                                                             \
+    if ((ts) >= (clock)) {                                                                         \
+      (pkt).timestamp = (ts) - (clock);                                                            \
+      (clock) = (ts);                                                                              \
+    } else {                                                                                       \
+      (pkt).timestamp = (ts);                                                                      \
+      (pkt).has_timestamp_clock_id = 1;                                                            \
+      (pkt).timestamp_clock_id = CLOCK_ID_REALTIME;                                                \
+    }                                                                                              \
+  } while (0)
+
 static int emit_descriptor(struct trace_writer *w, Descriptor *d)
 {
   Packet pkt;
 
-  packet_init(&pkt, 0);
-  pkt.has_sequence_flags = 0;
+  packet_init(&pkt, SEQ_MAIN, 0);
   pkt.data_case = GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_DESCRIPTOR;
   pkt.track_descriptor = d;
   return emit(w, &pkt, 0);
@@ -492,161 +670,125 @@ static int pf_describe_thread(struct trace_writer *w, struct trace_track *t, con
   return describe(w, t, name);
 }
 
-/* Sets the event's name, by iid when it can be interned (adding it to the packet if new). */
-/* Sets the event's name, by iid when it can be interned (adding it to the packet if new).
- * name/len: the caller's string (its pointer keys the cache); copy: the same, NUL-terminated. */
-static void set_name(struct trace_writer *w, Event *ev, Interned *in,
-                     Gpuprof__Perfetto__EventName *en, Gpuprof__Perfetto__EventName **enp,
-                     const char *name, size_t len, char *copy)
+/* The name's iid in the trace's table (0: could not be interned). name/len: the caller's
+ * string, whose pointer keys the cache. */
+static uint64_t name_iid(struct trace_writer *w, const char *name, size_t len)
 {
   struct trace_encoder *enc = w->enc;
   uint32_t slot = (uint32_t)(((uintptr_t)name >> 3) * 0x9e3779b1u) % NAME_CACHE;
   const char *key = NULL;
-  int is_new = 0;
+  int is_new;
   uint64_t iid;
 
   /* A cached pointer may since have been freed and reused for another string: compare the
    * content with the interned copy. */
   if (enc->name_cache[slot].ptr == name && enc->name_cache[slot].len == len &&
-      !memcmp(enc->name_cache[slot].key, name, len)) {
-    iid = enc->name_cache[slot].iid;
-  } else {
-    iid = intern_get(&enc->names, copy, len, &is_new, &key);
-    if (iid) {
-      enc->name_cache[slot].ptr = name;
-      enc->name_cache[slot].len = len;
-      enc->name_cache[slot].key = key;
-      enc->name_cache[slot].iid = iid;
-    }
-  }
+      !memcmp(enc->name_cache[slot].key, name, len))
+    return enc->name_cache[slot].iid;
+  iid = intern_get(&enc->names, name, len, &is_new, &key);
   if (iid) {
-    ev->name_field_case = GPUPROF__PERFETTO__TRACK_EVENT__NAME_FIELD_NAME_IID;
-    ev->name_iid = iid;
-    if (is_new) {
-      gpuprof__perfetto__event_name__init(en);
-      en->has_iid = 1;
-      en->iid = iid;
-      en->name = copy;
-      *enp = en;
-      in->n_event_names = 1;
-      in->event_names = enp;
-    }
-  } else {
-    ev->name_field_case = GPUPROF__PERFETTO__TRACK_EVENT__NAME_FIELD_NAME;
-    ev->name = copy;
+    enc->name_cache[slot].ptr = name;
+    enc->name_cache[slot].len = len;
+    enc->name_cache[slot].key = key;
+    enc->name_cache[slot].iid = iid;
   }
+  return iid;
 }
 
-static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct trace_slice *s)
+/* The iid of a kernel's launch string ("grid [..] block [..] registers N shared_mem N"); 0 if
+ * it could not be interned, with the string in buf for writing inline. */
+static uint64_t launch_iid(struct trace_writer *w, const struct trace_gpu_slice *g, char *buf,
+                           size_t n)
 {
-  Packet pkt;
-  Event ev;
-  Interned in;
-  Gpuprof__Perfetto__EventName en, *enp;
-  Gpuprof__Perfetto__InternedString is, *isp;
+  struct trace_encoder *enc = w->enc;
+  int32_t cfg[8] = {g->u.kernel.grid[0],
+                    g->u.kernel.grid[1],
+                    g->u.kernel.grid[2],
+                    g->u.kernel.block[0],
+                    g->u.kernel.block[1],
+                    g->u.kernel.block[2],
+                    (int32_t)g->u.kernel.registers_per_thread,
+                    (int32_t)(g->u.kernel.static_smem + g->u.kernel.dynamic_smem)};
+  uint32_t h = 2166136261u;
+  uint64_t iid;
+  int len, is_new;
+
+  for (int i = 0; i < 8; i++)
+    h = (h ^ (uint32_t)cfg[i]) * 16777619u;
+  h %= LAUNCH_CACHE;
+  if (enc->launch_cache[h].iid && !memcmp(enc->launch_cache[h].cfg, cfg, sizeof(cfg)))
+    return enc->launch_cache[h].iid;
+  len =
+      snprintf(buf, n, "grid [%d,%d,%d] block [%d,%d,%d] registers %u shared_mem %llu",
+               g->u.kernel.grid[0], g->u.kernel.grid[1], g->u.kernel.grid[2], g->u.kernel.block[0],
+               g->u.kernel.block[1], g->u.kernel.block[2], g->u.kernel.registers_per_thread,
+               (unsigned long long)g->u.kernel.static_smem + g->u.kernel.dynamic_smem);
+  if (len < 0 || (size_t)len >= n)
+    len = (int)strlen(buf);
+  iid = intern_get(&enc->strings, buf, (size_t)len, &is_new, NULL);
+  if (iid) {
+    memcpy(enc->launch_cache[h].cfg, cfg, sizeof(cfg));
+    enc->launch_cache[h].iid = iid;
+  }
+  return iid;
+}
+
+static uint64_t slice_cat(const struct trace_track *t, const struct trace_slice *s)
+{
+  if (s->gpu)
+    return s->gpu->kind == TRACE_GPU_KERNEL   ? CAT_KERNEL
+           : s->gpu->kind == TRACE_GPU_MEMCPY ? CAT_MEMCPY
+                                              : CAT_MEMSET;
+  return t->kind == TRACK_GPU_SYNC ? CAT_SYNC : CAT_API;
+}
+
+/*
+ * Frames a hot packet that was packed at p + 2 (n bytes) as one Trace.packet field at p;
+ * returns the bytes of the field. protobuf-c's pack returns the size it wrote, so a packet is
+ * packed first, after room for a one-byte length (hot packets are nearly always below 128
+ * bytes), and moved up when its length needs more: sizing it beforehand would walk the
+ * message once more.
+ */
+static size_t frame(uint8_t *p, size_t n)
+{
+  uint8_t len[10];
+  size_t h = put_varint(len, n);
+
+  p[0] = 0x0A; /* Trace.packet: field 1, length-delimited */
+  if (h > 1)
+    memmove(p + 1 + h, p + 2, n);
+  memcpy(p + 1, len, h);
+  return 1 + h + n;
+}
+
+/* The generic BEGIN (API calls, syncs, copies, sets, graph kernels) packed at p + 2. */
+static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *s, uint64_t liid,
+                         char *launch, uint8_t *p)
+{
+  const struct trace_gpu_slice *g = s->gpu;
   Annotation a[8], *ap[8];
   size_t na = 0;
-  uint64_t flow;
-  char name[TRACE_NAME_MAX + 1];
-  char launch[160];
-  const struct trace_gpu_slice *g = s->gpu;
-  size_t size;
-  int rc, have_in = 0;
 
-  memcpy(name, s->name, s->name_len);
-  name[s->name_len] = '\0';
-
-  packet_init(&pkt, s->start);
-  gpuprof__perfetto__track_event__init(&ev);
-  gpuprof__perfetto__interned_data__init(&in);
-  ev.has_type = 1;
-  ev.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
-  ev.has_track_uuid = 1;
-  ev.track_uuid = t->uuid;
-  set_name(w, &ev, &in, &en, &enp, s->name, s->name_len, name);
-  if (in.n_event_names)
-    have_in = 1;
-  if (s->corr_id) {
-    ev.correlation_id_field_case =
-        GPUPROF__PERFETTO__TRACK_EVENT__CORRELATION_ID_FIELD_CORRELATION_ID;
-    ev.correlation_id = s->corr_id;
-  }
-  if (s->flow_out) {
-    flow = s->flow_out;
-    ev.n_flow_ids = 1;
-    ev.flow_ids = &flow;
-  } else if (s->flow_in) {
-    flow = s->flow_in;
-    ev.n_terminating_flow_ids = 1;
-    ev.terminating_flow_ids = &flow;
-  }
   if (g) {
     uint64_t dur = s->end - s->start;
     switch (g->kind) {
-    case TRACE_GPU_KERNEL: {
-      /* One interned string per distinct launch configuration: a kernel launched the same
-       * way a million times costs one iid per launch. */
-      int is_new = 0, len = 0;
-      uint64_t iid = 0;
-      int32_t cfg[8] = {g->u.kernel.grid[0],
-                        g->u.kernel.grid[1],
-                        g->u.kernel.grid[2],
-                        g->u.kernel.block[0],
-                        g->u.kernel.block[1],
-                        g->u.kernel.block[2],
-                        (int32_t)g->u.kernel.registers_per_thread,
-                        (int32_t)(g->u.kernel.static_smem + g->u.kernel.dynamic_smem)};
-      uint32_t h = 2166136261u;
-      for (int i = 0; i < 8; i++)
-        h = (h ^ (uint32_t)cfg[i]) * 16777619u;
-      h %= LAUNCH_CACHE;
-      if (w->enc->launch_cache[h].iid && !memcmp(w->enc->launch_cache[h].cfg, cfg, sizeof(cfg)))
-        iid = w->enc->launch_cache[h].iid;
-      if (!iid) {
-        len = snprintf(
-            launch, sizeof(launch), "grid [%d,%d,%d] block [%d,%d,%d] registers %u shared_mem %llu",
-            g->u.kernel.grid[0], g->u.kernel.grid[1], g->u.kernel.grid[2], g->u.kernel.block[0],
-            g->u.kernel.block[1], g->u.kernel.block[2], g->u.kernel.registers_per_thread,
-            (unsigned long long)g->u.kernel.static_smem + g->u.kernel.dynamic_smem);
-        if (len < 0 || (size_t)len >= sizeof(launch))
-          len = (int)strlen(launch);
-        iid = intern_get(&w->enc->strings, launch, (size_t)len, &is_new, NULL);
-        if (iid) {
-          memcpy(w->enc->launch_cache[h].cfg, cfg, sizeof(cfg));
-          w->enc->launch_cache[h].iid = iid;
-        }
-      }
+    case TRACE_GPU_KERNEL:
       gpuprof__perfetto__debug_annotation__init(&a[na]);
       a[na].name_field_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__NAME_FIELD_NAME_IID;
       a[na].name_iid = ANN_LAUNCH;
-      if (iid) {
+      if (liid) {
         a[na].value_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__VALUE_STRING_VALUE_IID;
-        a[na].string_value_iid = iid;
-        if (is_new) {
-          gpuprof__perfetto__interned_string__init(&is);
-          is.has_iid = is.has_str = 1;
-          is.iid = iid;
-          is.str.data = (uint8_t *)launch;
-          is.str.len = (size_t)len;
-          isp = &is;
-          in.n_debug_annotation_string_values = 1;
-          in.debug_annotation_string_values = &isp;
-          have_in = 1;
-        }
+        a[na].string_value_iid = liid;
       } else {
         a[na].value_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__VALUE_STRING_VALUE;
         a[na].string_value = launch;
       }
       na++;
       break;
-    }
     case TRACE_GPU_MEMCPY:
       ann_uint(&a[na++], ANN_BYTES, g->u.memcpy.bytes);
-      gpuprof__perfetto__debug_annotation__init(&a[na]);
-      a[na].name_field_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__NAME_FIELD_NAME_IID;
-      a[na].name_iid = ANN_BANDWIDTH;
-      a[na].value_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__VALUE_DOUBLE_VALUE;
-      a[na++].double_value = (double)trace_bandwidth_milli(g->u.memcpy.bytes, dur) / 1000.0;
+      ann_double(&a[na++], ANN_BANDWIDTH,
+                 (double)trace_bandwidth_milli(g->u.memcpy.bytes, dur) / 1000.0);
       if (g->u.memcpy.copy_kind == 10) {
         ann_uint(&a[na++], ANN_SRC_DEVICE, g->u.memcpy.src_device);
         ann_uint(&a[na++], ANN_DST_DEVICE, g->u.memcpy.dst_device);
@@ -654,11 +796,8 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
       break;
     case TRACE_GPU_MEMSET:
       ann_uint(&a[na++], ANN_BYTES, g->u.memset.bytes);
-      gpuprof__perfetto__debug_annotation__init(&a[na]);
-      a[na].name_field_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__NAME_FIELD_NAME_IID;
-      a[na].name_iid = ANN_BANDWIDTH;
-      a[na].value_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__VALUE_DOUBLE_VALUE;
-      a[na++].double_value = (double)trace_bandwidth_milli(g->u.memset.bytes, dur) / 1000.0;
+      ann_double(&a[na++], ANN_BANDWIDTH,
+                 (double)trace_bandwidth_milli(g->u.memset.bytes, dur) / 1000.0);
       ann_uint(&a[na++], ANN_VALUE, g->u.memset.value);
       break;
     }
@@ -666,55 +805,205 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
       ann_uint(&a[na++], ANN_GRAPH_ID, g->graph_id);
       ann_uint(&a[na++], ANN_GRAPH_NODE_ID, g->graph_node_id);
     }
+    for (size_t i = 0; i < na; i++)
+      ap[i] = &a[i];
+    be->n_debug_annotations = na;
+    be->debug_annotations = ap;
   }
-  for (size_t i = 0; i < na; i++)
-    ap[i] = &a[i];
-  ev.n_debug_annotations = na;
-  ev.debug_annotations = ap;
-  if (have_in)
-    pkt.interned_data = &in;
-  pkt.data_case = GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT;
-  pkt.track_event = &ev;
+  return gpuprof__perfetto__event_packet__pack(bp, p + 2);
+}
 
-  /* Both halves or neither: check the cap for the pair before writing the BEGIN. */
-  size = gpuprof__perfetto__trace_packet__get_packed_size(&pkt);
-  rc = trace_fits(w, size + 64, 0);
+static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct trace_slice *s)
+{
+  const struct trace_gpu_slice *g = s->gpu;
+  int kernel = g && g->kind == TRACE_GPU_KERNEL;
+  Interned in, *inp = NULL;
+  Gpuprof__Perfetto__EventName en, *enp;
+  Gpuprof__Perfetto__InternedString is, *isp;
+  Gpuprof__Perfetto__EndPacket ep;
+  Gpuprof__Perfetto__EndBody eb;
+  uint64_t flow = s->flow_out ? s->flow_out : s->flow_in, cat, niid, liid = 0, clock;
+  char name[TRACE_NAME_MAX + 1];
+  char launch[160];
+  struct seq_state *q;
+  uint8_t *p;
+  size_t nb, ne;
+  int rc = 0, new_name, new_launch = 0;
+
+  q = seq_for(w, t, &rc);
+  if (!q)
+    return rc;
+  clock = q->last_ts;
+  cat = slice_cat(t, s);
+  niid = name_iid(w, s->name, s->name_len);
+  if (!niid) {
+    memcpy(name, s->name, s->name_len);
+    name[s->name_len] = '\0';
+  }
+  new_name = niid && !seq_seen(q, SEEN_NAME, niid);
+  if (kernel) {
+    liid = launch_iid(w, g, launch, sizeof(launch));
+    new_launch = liid && !seq_seen(q, SEEN_STRING, liid);
+  }
+
+  /* Definitions this sequence has not had yet ride on the packet that first uses them. */
+  if (new_name || new_launch) {
+    gpuprof__perfetto__interned_data__init(&in);
+    if (new_name) {
+      gpuprof__perfetto__event_name__init(&en);
+      en.has_iid = 1;
+      en.iid = niid;
+      en.name = w->enc->names.by_iid[niid - 1];
+      enp = &en;
+      in.n_event_names = 1;
+      in.event_names = &enp;
+    }
+    if (new_launch) {
+      gpuprof__perfetto__interned_string__init(&is);
+      is.has_iid = is.has_str = 1;
+      is.iid = liid;
+      is.str.data = (uint8_t *)w->enc->strings.by_iid[liid - 1];
+      is.str.len = strlen(w->enc->strings.by_iid[liid - 1]);
+      isp = &is;
+      in.n_debug_annotation_string_values = 1;
+      in.debug_annotation_string_values = &isp;
+    }
+    inp = &in;
+  }
+
+  /* Room for both packets: the name and the launch string at most twice each (inline or
+   * interned, plus their definitions) and the bounded scalar fields. */
+  p = (uint8_t *)trace_out_reserve(&w->out, 2 * (s->name_len + sizeof(launch)) + 512);
+  if (!p)
+    return w->out.err;
+
+  if (kernel && !g->graph_id) {
+    Gpuprof__Perfetto__KernelPacket kp;
+    Gpuprof__Perfetto__KernelBody kb;
+    Gpuprof__Perfetto__LaunchAnnotation la;
+
+    gpuprof__perfetto__kernel_packet__init(&kp);
+    gpuprof__perfetto__kernel_body__init(&kb);
+    gpuprof__perfetto__launch_annotation__init(&la);
+    kp.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
+    SET_TS(kp, clock, s->start);
+    kp.interned_data = inp;
+    kp.track_event = &kb;
+    kb.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
+    kb.n_category_iids = 1;
+    kb.category_iids = &cat;
+    if (niid) {
+      kb.has_name_iid = 1;
+      kb.name_iid = niid;
+    } else {
+      kb.name = name;
+    }
+    if (s->corr_id) {
+      kb.has_correlation_id = 1;
+      kb.correlation_id = s->corr_id;
+    }
+    if (s->flow_in) {
+      kb.n_terminating_flow_ids = 1;
+      kb.terminating_flow_ids = &flow;
+    }
+    la.name_iid = ANN_LAUNCH;
+    if (liid) {
+      la.has_string_value_iid = 1;
+      la.string_value_iid = liid;
+    } else {
+      la.string_value = launch;
+    }
+    kb.launch = &la;
+    nb = frame(p, gpuprof__perfetto__kernel_packet__pack(&kp, p + 2));
+  } else {
+    HotPacket bp;
+    HotEvent be;
+
+    gpuprof__perfetto__event_packet__init(&bp);
+    gpuprof__perfetto__event_body__init(&be);
+    bp.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
+    SET_TS(bp, clock, s->start);
+    bp.interned_data = inp;
+    bp.track_event = &be;
+    be.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
+    be.n_category_iids = 1;
+    be.category_iids = &cat;
+    if (niid) {
+      be.has_name_iid = 1;
+      be.name_iid = niid;
+    } else {
+      be.name = name;
+    }
+    if (s->corr_id) {
+      be.has_correlation_id = 1;
+      be.correlation_id = s->corr_id;
+    }
+    if (s->flow_out) {
+      be.n_flow_ids = 1;
+      be.flow_ids = &flow;
+    } else if (s->flow_in) {
+      be.n_terminating_flow_ids = 1;
+      be.terminating_flow_ids = &flow;
+    }
+    nb = frame(p, pack_begin(&bp, &be, s, liid, launch, p));
+  }
+
+  gpuprof__perfetto__end_packet__init(&ep);
+  gpuprof__perfetto__end_body__init(&eb);
+  ep.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
+  SET_TS(ep, clock, s->end);
+  ep.track_event = &eb;
+  eb.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_END;
+  ne = frame(p + nb, gpuprof__perfetto__end_packet__pack(&ep, p + nb + 2));
+
+  /* Both halves or neither: an END without its BEGIN, or the reverse, would leave the track
+   * unbalanced. The packets stay uncommitted unless both fit. */
+  rc = trace_fits(w, nb + ne, 1);
   if (rc)
     return rc;
-  rc = emit_sized(w, &pkt, size, 1 + (s->flow_out || s->flow_in));
-  if (rc)
-    return rc;
-
-  packet_init(&pkt, s->end);
-  gpuprof__perfetto__track_event__init(&ev);
-  ev.has_type = 1;
-  ev.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_END;
-  ev.has_track_uuid = 1;
-  ev.track_uuid = t->uuid;
-  pkt.data_case = GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT;
-  pkt.track_event = &ev;
-  /* The END must follow its BEGIN even at the cap, or the slice would never close: it was
-   * paid for above (64 bytes of headroom). */
-  return emit_raw(w, &pkt);
+  trace_out_commit(&w->out, nb + ne);
+  q->last_ts = clock;
+  if (new_name)
+    seq_mark(q, SEEN_NAME, niid);
+  if (new_launch)
+    seq_mark(q, SEEN_STRING, liid);
+  w->stats.events += 1 + (s->flow_out || s->flow_in);
+  return 0;
 }
 
 static int pf_counter(struct trace_writer *w, struct trace_track *t, uint64_t ts, uint64_t value)
 {
-  Packet pkt;
-  Event ev;
+  HotPacket pkt;
+  HotEvent ev;
+  struct seq_state *q;
+  uint64_t clock;
+  size_t n;
+  uint8_t *p;
+  int rc = 0;
 
-  packet_init(&pkt, ts);
-  pkt.has_sequence_flags = 0;
-  gpuprof__perfetto__track_event__init(&ev);
-  ev.has_type = 1;
-  ev.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_COUNTER;
-  ev.has_track_uuid = 1;
-  ev.track_uuid = t->uuid;
-  ev.counter_value_field_case = GPUPROF__PERFETTO__TRACK_EVENT__COUNTER_VALUE_FIELD_COUNTER_VALUE;
-  ev.counter_value = (int64_t)value;
-  pkt.data_case = GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT;
+  q = seq_for(w, t, &rc);
+  if (!q)
+    return rc;
+  clock = q->last_ts;
+  gpuprof__perfetto__event_packet__init(&pkt);
+  gpuprof__perfetto__event_body__init(&ev);
+  pkt.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
   pkt.track_event = &ev;
-  return emit(w, &pkt, 1);
+  SET_TS(pkt, clock, ts);
+  ev.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_COUNTER;
+  ev.has_counter_value = 1;
+  ev.counter_value = (int64_t)value;
+  p = (uint8_t *)trace_out_reserve(&w->out, 64);
+  if (!p)
+    return w->out.err;
+  n = frame(p, gpuprof__perfetto__event_packet__pack(&pkt, p + 2));
+  rc = trace_fits(w, n, 1);
+  if (rc)
+    return rc;
+  trace_out_commit(&w->out, n);
+  q->last_ts = clock;
+  w->stats.events++;
+  return 0;
 }
 
 static int pf_end(struct trace_writer *w)
@@ -728,6 +1017,11 @@ static void pf_free(struct trace_writer *w)
     return;
   intern_free(&w->enc->names);
   intern_free(&w->enc->strings);
+  for (uint32_t i = 0; i < w->enc->nseqs; i++) {
+    free(w->enc->seqs[i].seen[0]);
+    free(w->enc->seqs[i].seen[1]);
+  }
+  free(w->enc->seqs);
   free(w->enc);
   w->enc = NULL;
 }

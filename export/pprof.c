@@ -2,6 +2,7 @@
 #include "export/pprof.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -10,14 +11,22 @@
 
 #define MAX_SAMPLE_TYPES 8
 #define ARENA_CHUNK (64u << 10)
+/* Encoding: raw protobuf bytes are staged in STAGE_SIZE pieces for deflate (small enough to
+ * stay in cache), messages are packed BATCH (labels LABEL_BATCH) at a time. */
+#define STAGE_SIZE (128u << 10)
+#define BATCH 256
+#define LABEL_BATCH 1024
+#define IDS_BATCH 16384
+#define OUT_MIN (64u << 10)
 
 struct function {
-  int64_t name, filename, start_line;
+  int64_t name, system_name, filename, start_line;
 };
 
 struct location {
   uint64_t mapping_id, address, function_id;
   int64_t line;
+  uint64_t uses; /* in samples: the most used get the smallest ids (shortest varints) */
 };
 
 struct mapping {
@@ -55,6 +64,26 @@ struct chunk {
     size_t n, cap;                                                                                 \
   }
 
+/* What encoding reuses from one profile to the next. */
+struct encoder {
+  z_stream z;
+  int z_ready, z_level;
+  uint8_t *stage, *out;
+  size_t stage_len, stage_cap, out_len, out_cap;
+  Perftools__Profiles__Sample samples[BATCH], *sample_ptrs[BATCH];
+  Perftools__Profiles__Label *labels, **label_ptrs;
+  size_t labels_cap;
+  /* Location ids as written: order[k] is the builder's location written with id k + 1, and
+   * id_of[i] the id written for the builder's location i + 1; ids holds a batch's samples'
+   * location ids, renumbered. */
+  uint64_t *order, *id_of, *ids;
+  size_t order_cap, ids_cap;
+  Perftools__Profiles__Location locations[BATCH], *location_ptrs[BATCH];
+  Perftools__Profiles__Line lines[BATCH], *line_ptrs[BATCH];
+  Perftools__Profiles__Function functions[BATCH], *function_ptrs[BATCH];
+  Perftools__Profiles__Mapping mappings[BATCH], *mapping_ptrs[BATCH];
+};
+
 struct pprof_builder {
   VEC(const char *) strings;
   struct index string_index;
@@ -68,7 +97,7 @@ struct pprof_builder {
   VEC(struct mapping) mappings;
 
   VEC(struct sample) samples;
-  VEC(uint64_t) sample_locs;
+  VEC(uint32_t) sample_locs; /* location indexes (id - 1): half the memory of the ids */
   VEC(int64_t) sample_values;
   VEC(struct label) sample_labels;
   VEC(int64_t) comments;
@@ -78,6 +107,7 @@ struct pprof_builder {
   int64_t period_type[2], period, default_type;
   int64_t time_nanos, duration_nanos;
   int failed;
+  struct encoder enc;
 };
 
 /* Grows v (of elements of `size` bytes) to hold at least `need`; 0 or -ENOMEM. */
@@ -194,8 +224,16 @@ struct pprof_builder *pprof_builder_new(void)
 {
   struct pprof_builder *b = calloc(1, sizeof(*b));
 
-  if (b)
-    pprof_builder_reset(b);
+  if (!b)
+    return NULL;
+  for (size_t i = 0; i < BATCH; i++) {
+    perftools__profiles__sample__init(&b->enc.samples[i]);
+    b->enc.sample_ptrs[i] = &b->enc.samples[i];
+    b->enc.location_ptrs[i] = &b->enc.locations[i];
+    b->enc.function_ptrs[i] = &b->enc.functions[i];
+    b->enc.mapping_ptrs[i] = &b->enc.mappings[i];
+  }
+  pprof_builder_reset(b);
   return b;
 }
 
@@ -218,6 +256,15 @@ void pprof_builder_free(struct pprof_builder *b)
   free(b->sample_values.v);
   free(b->sample_labels.v);
   free(b->comments.v);
+  if (b->enc.z_ready)
+    deflateEnd(&b->enc.z);
+  free(b->enc.stage);
+  free(b->enc.out);
+  free(b->enc.labels);
+  free(b->enc.label_ptrs);
+  free(b->enc.order);
+  free(b->enc.id_of);
+  free(b->enc.ids);
   free(b);
 }
 
@@ -358,15 +405,15 @@ uint64_t pprof_builder_add_mapping(struct pprof_builder *b, const struct pprof_m
 static int function_eq(const struct pprof_builder *b, size_t pos, const void *key)
 {
   const struct function *f = &b->functions.v[pos], *k = key;
-  return f->name == k->name && f->filename == k->filename;
+  return f->name == k->name && f->system_name == k->system_name && f->filename == k->filename;
 }
 
-uint64_t pprof_builder_function(struct pprof_builder *b, const char *name, const char *filename,
-                                int64_t start_line)
+uint64_t pprof_builder_function(struct pprof_builder *b, const char *name, const char *system_name,
+                                const char *filename, int64_t start_line)
 {
-  struct function f = {pprof_builder_string(b, name), pprof_builder_string(b, filename),
-                       start_line};
-  uint64_t h = mix(mix(1, (uint64_t)f.name), (uint64_t)f.filename);
+  struct function f = {pprof_builder_string(b, name), pprof_builder_string(b, system_name),
+                       pprof_builder_string(b, filename), start_line};
+  uint64_t h = mix(mix(mix(1, (uint64_t)f.name), (uint64_t)f.system_name), (uint64_t)f.filename);
   size_t slot;
   long pos;
 
@@ -394,7 +441,7 @@ static int location_eq(const struct pprof_builder *b, size_t pos, const void *ke
 uint64_t pprof_builder_location(struct pprof_builder *b, uint64_t mapping_id, uint64_t address,
                                 uint64_t function_id, int64_t line)
 {
-  struct location l = {mapping_id, address, function_id, line};
+  struct location l = {mapping_id, address, function_id, line, 0};
   uint64_t h = mix(mix(mix(mix(2, mapping_id), address), function_id), (uint64_t)line);
   size_t slot;
   long pos;
@@ -425,7 +472,7 @@ int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_i
     if (!location_ids[i] || location_ids[i] > b->locations.n)
       return -EINVAL;
   if (vec_reserve((void **)&b->sample_locs.v, &b->sample_locs.cap, b->sample_locs.n + n_locs,
-                  sizeof(uint64_t)) ||
+                  sizeof(uint32_t)) ||
       vec_reserve((void **)&b->sample_values.v, &b->sample_values.cap,
                   b->sample_values.n + n_values, sizeof(int64_t)) ||
       vec_reserve((void **)&b->sample_labels.v, &b->sample_labels.cap,
@@ -445,8 +492,10 @@ int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_i
   }
   if (b->failed || VEC_PUSH(b, b->samples, s))
     return -ENOMEM;
-  memcpy(b->sample_locs.v + b->sample_locs.n, location_ids, n_locs * sizeof(uint64_t));
-  b->sample_locs.n += n_locs;
+  for (size_t i = 0; i < n_locs; i++) {
+    b->locations.v[location_ids[i] - 1].uses++;
+    b->sample_locs.v[b->sample_locs.n++] = (uint32_t)(location_ids[i] - 1);
+  }
   memcpy(b->sample_values.v + b->sample_values.n, values, n_values * sizeof(int64_t));
   b->sample_values.n += n_values;
   return 0;
@@ -457,60 +506,114 @@ size_t pprof_builder_sample_count(const struct pprof_builder *b)
   return b->samples.n;
 }
 
-/* gzip of in[0..n) into a malloc'd buffer. */
-static int gzip(const uint8_t *in, size_t n, int level, uint8_t **out, size_t *len)
+size_t pprof_builder_location_count(const struct pprof_builder *b)
 {
-  z_stream z;
-  uint8_t *buf;
-  size_t cap;
-  int rc;
+  return b->locations.n;
+}
 
-  memset(&z, 0, sizeof(z));
-  /* 16 + 15: the gzip wrapper, which is what "*.pb.gz" readers sniff for (0x1f 0x8b). */
-  if (deflateInit2(&z, level, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+/* ---- encoding ----
+ *
+ * The profile is never materialized as one protobuf-c tree nor as one serialized buffer. A
+ * serialized protobuf message is the concatenation of its fields, and concatenated messages
+ * parse as their merge, so the Profile is written as a sequence of small Profile messages
+ * packed by protobuf-c: first the scalars, sample types and mappings, then batches of
+ * samples, locations, functions and strings. Each batch is packed into a fixed staging buffer
+ * that stays in cache and is handed to deflate when full. Nothing here allocates in steady
+ * state: the batch structs, the staging buffer, the zlib stream and the output buffer live in
+ * the builder and are reused window after window.
+ */
+
+/* Upper bounds of a message's packed size (tag + length prefix + fields; 10 bytes a varint),
+ * so that a batch is packed straight into the staging buffer without a sizing pass. */
+#define FRAME_BOUND 16u
+#define SAMPLE_BOUND(n_locs, n_values, n_labels)                                                   \
+  (3 * FRAME_BOUND + 10u * (n_locs) + 10u * (n_values) + (FRAME_BOUND + 44u) * (n_labels))
+#define LOCATION_BOUND (2 * FRAME_BOUND + 6 * 11u)
+#define FUNCTION_BOUND (FRAME_BOUND + 5 * 11u)
+#define MAPPING_BOUND (FRAME_BOUND + 10 * 11u)
+
+static int out_reserve(struct pprof_builder *b)
+{
+  struct encoder *e = &b->enc;
+  size_t cap = e->out_cap ? e->out_cap * 2 : OUT_MIN;
+  uint8_t *p;
+
+  if (e->out_len < e->out_cap)
+    return 0;
+  p = realloc(e->out, cap);
+  if (!p)
     return -ENOMEM;
-  cap = deflateBound(&z, n) + 32;
-  buf = malloc(cap);
-  if (!buf) {
-    deflateEnd(&z);
-    return -ENOMEM;
-  }
-  z.next_in = (Bytef *)in;
-  z.avail_in = (uInt)n;
-  z.next_out = buf;
-  z.avail_out = (uInt)cap;
-  rc = deflate(&z, Z_FINISH);
-  *len = cap - z.avail_out;
-  deflateEnd(&z);
-  if (rc != Z_STREAM_END) {
-    free(buf);
-    return -EIO;
-  }
-  *out = buf;
+  e->out = p;
+  e->out_cap = cap;
   return 0;
 }
 
-int pprof_builder_encode(struct pprof_builder *b, int level, uint8_t **out, size_t *len)
+/* Compresses the staged bytes (and with Z_FINISH, ends the gzip stream). */
+static int stage_flush(struct pprof_builder *b, int flush)
 {
+  struct encoder *e = &b->enc;
+  int rc;
+
+  e->z.next_in = e->stage;
+  e->z.avail_in = (uInt)e->stage_len;
+  for (;;) {
+    if (out_reserve(b))
+      return -ENOMEM;
+    e->z.next_out = e->out + e->out_len;
+    /* zlib counts in uInt: a larger buffer is filled in pieces. */
+    e->z.avail_out =
+        e->out_cap - e->out_len > UINT_MAX ? UINT_MAX : (uInt)(e->out_cap - e->out_len);
+    rc = deflate(&e->z, flush);
+    e->out_len = (size_t)(e->z.next_out - e->out);
+    if (rc == Z_STREAM_ERROR)
+      return -EIO;
+    if (flush == Z_FINISH ? rc == Z_STREAM_END : !e->z.avail_in && e->z.avail_out)
+      break;
+  }
+  e->stage_len = 0;
+  return 0;
+}
+
+/* Room for bound more bytes in the staging buffer: flushes it, or grows it for one message
+ * larger than the buffer (a very long string). */
+static int stage_reserve(struct pprof_builder *b, size_t bound)
+{
+  struct encoder *e = &b->enc;
+  int ret;
+
+  if (e->stage_cap - e->stage_len >= bound)
+    return 0;
+  ret = stage_flush(b, Z_NO_FLUSH);
+  if (ret || e->stage_cap >= bound)
+    return ret;
+  free(e->stage);
+  e->stage_cap = 0;
+  if (!(e->stage = malloc(bound)))
+    return -ENOMEM;
+  e->stage_cap = bound;
+  return 0;
+}
+
+/* Packs a Profile holding some fields (one batch) into the staging buffer. */
+static int stage_pack(struct pprof_builder *b, const Perftools__Profiles__Profile *p, size_t bound)
+{
+  struct encoder *e = &b->enc;
+  int ret = stage_reserve(b, bound);
+
+  if (ret)
+    return ret;
+  e->stage_len += perftools__profiles__profile__pack(p, e->stage + e->stage_len);
+  return 0;
+}
+
+static int encode_header(struct pprof_builder *b)
+{
+  struct encoder *e = &b->enc;
   Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
   Perftools__Profiles__ValueType types[MAX_SAMPLE_TYPES], period_type;
   Perftools__Profiles__ValueType *type_ptrs[MAX_SAMPLE_TYPES];
-  Perftools__Profiles__Sample *samples = NULL, **sample_ptrs = NULL;
-  Perftools__Profiles__Label *labels = NULL, **label_ptrs = NULL;
-  Perftools__Profiles__Mapping *mappings = NULL, **mapping_ptrs = NULL;
-  Perftools__Profiles__Location *locations = NULL, **location_ptrs = NULL;
-  Perftools__Profiles__Line *lines = NULL, **line_ptrs = NULL;
-  Perftools__Profiles__Function *functions = NULL, **function_ptrs = NULL;
-  uint8_t *packed = NULL;
-  size_t n, i;
-  int ret = -ENOMEM;
-
-  *out = NULL;
-  *len = 0;
-  if (b->failed)
-    return -ENOMEM;
-  if (b->samples.n && !b->n_types)
-    return -EINVAL;
+  size_t i = 0;
+  int ret;
 
   for (i = 0; i < b->n_types; i++) {
     perftools__profiles__value_type__init(&types[i]);
@@ -530,124 +633,303 @@ int pprof_builder_encode(struct pprof_builder *b, int level, uint8_t **out, size
   p.duration_nanos = b->duration_nanos;
   p.n_comment = b->comments.n;
   p.comment = b->comments.v;
+  ret = stage_pack(b, &p, perftools__profiles__profile__get_packed_size(&p));
+  /* Mappings, in batches like the rest. */
+  perftools__profiles__profile__init(&p);
+  p.mapping = e->mapping_ptrs;
+  for (i = 0; !ret && i < b->mappings.n;) {
+    for (p.n_mapping = 0; i < b->mappings.n && p.n_mapping < BATCH; i++, p.n_mapping++) {
+      const struct mapping *m = &b->mappings.v[i];
+      Perftools__Profiles__Mapping *pm = &e->mappings[p.n_mapping];
 
-  /* One array of messages and one of pointers per kind: protobuf-c wants pointer arrays. */
-  n = b->samples.n;
-  samples = calloc(n ? n : 1, sizeof(*samples));
-  sample_ptrs = calloc(n ? n : 1, sizeof(*sample_ptrs));
-  labels = calloc(b->sample_labels.n ? b->sample_labels.n : 1, sizeof(*labels));
-  label_ptrs = calloc(b->sample_labels.n ? b->sample_labels.n : 1, sizeof(*label_ptrs));
-  if (!samples || !sample_ptrs || !labels || !label_ptrs)
-    goto out;
-  for (i = 0; i < b->sample_labels.n; i++) {
-    perftools__profiles__label__init(&labels[i]);
-    labels[i].key = b->sample_labels.v[i].key;
-    labels[i].str = b->sample_labels.v[i].str;
-    labels[i].num = b->sample_labels.v[i].num;
-    labels[i].num_unit = b->sample_labels.v[i].num_unit;
-    label_ptrs[i] = &labels[i];
-  }
-  for (i = 0; i < n; i++) {
-    const struct sample *s = &b->samples.v[i];
-    perftools__profiles__sample__init(&samples[i]);
-    samples[i].n_location_id = s->n_locs;
-    samples[i].location_id = b->sample_locs.v + s->loc_off;
-    samples[i].n_value = b->n_types;
-    samples[i].value = b->sample_values.v + i * b->n_types;
-    samples[i].n_label = s->n_labels;
-    samples[i].label = label_ptrs + s->label_off;
-    sample_ptrs[i] = &samples[i];
-  }
-  p.n_sample = n;
-  p.sample = sample_ptrs;
-
-  n = b->mappings.n;
-  mappings = calloc(n ? n : 1, sizeof(*mappings));
-  mapping_ptrs = calloc(n ? n : 1, sizeof(*mapping_ptrs));
-  if (!mappings || !mapping_ptrs)
-    goto out;
-  for (i = 0; i < n; i++) {
-    const struct mapping *m = &b->mappings.v[i];
-    perftools__profiles__mapping__init(&mappings[i]);
-    mappings[i].id = i + 1;
-    mappings[i].memory_start = m->memory_start;
-    mappings[i].memory_limit = m->memory_limit;
-    mappings[i].file_offset = m->file_offset;
-    mappings[i].filename = m->filename;
-    mappings[i].build_id = m->build_id;
-    mappings[i].has_functions = m->has_functions;
-    mapping_ptrs[i] = &mappings[i];
-  }
-  p.n_mapping = n;
-  p.mapping = mapping_ptrs;
-
-  n = b->locations.n;
-  locations = calloc(n ? n : 1, sizeof(*locations));
-  location_ptrs = calloc(n ? n : 1, sizeof(*location_ptrs));
-  lines = calloc(n ? n : 1, sizeof(*lines));
-  line_ptrs = calloc(n ? n : 1, sizeof(*line_ptrs));
-  if (!locations || !location_ptrs || !lines || !line_ptrs)
-    goto out;
-  for (i = 0; i < n; i++) {
-    const struct location *l = &b->locations.v[i];
-    perftools__profiles__location__init(&locations[i]);
-    locations[i].id = i + 1;
-    locations[i].mapping_id = l->mapping_id;
-    locations[i].address = l->address;
-    if (l->function_id) {
-      perftools__profiles__line__init(&lines[i]);
-      lines[i].function_id = l->function_id;
-      lines[i].line = l->line;
-      line_ptrs[i] = &lines[i];
-      locations[i].n_line = 1;
-      locations[i].line = &line_ptrs[i];
+      perftools__profiles__mapping__init(pm);
+      pm->id = i + 1;
+      pm->memory_start = m->memory_start;
+      pm->memory_limit = m->memory_limit;
+      pm->file_offset = m->file_offset;
+      pm->filename = m->filename;
+      pm->build_id = m->build_id;
+      pm->has_functions = m->has_functions;
     }
-    location_ptrs[i] = &locations[i];
+    ret = stage_pack(b, &p, p.n_mapping * MAPPING_BOUND);
   }
-  p.n_location = n;
-  p.location = location_ptrs;
-
-  n = b->functions.n;
-  functions = calloc(n ? n : 1, sizeof(*functions));
-  function_ptrs = calloc(n ? n : 1, sizeof(*function_ptrs));
-  if (!functions || !function_ptrs)
-    goto out;
-  for (i = 0; i < n; i++) {
-    const struct function *f = &b->functions.v[i];
-    perftools__profiles__function__init(&functions[i]);
-    functions[i].id = i + 1;
-    functions[i].name = f->name;
-    functions[i].system_name = f->name;
-    functions[i].filename = f->filename;
-    functions[i].start_line = f->start_line;
-    function_ptrs[i] = &functions[i];
-  }
-  p.n_function = n;
-  p.function = function_ptrs;
-
-  /* Last: every string above is interned by now. */
-  p.n_string_table = b->strings.n;
-  p.string_table = (char **)b->strings.v;
-
-  n = perftools__profiles__profile__get_packed_size(&p);
-  packed = malloc(n ? n : 1);
-  if (!packed)
-    goto out;
-  perftools__profiles__profile__pack(&p, packed);
-  ret = gzip(packed, n, level, out, len);
-out:
-  free(packed);
-  free(samples);
-  free(sample_ptrs);
-  free(labels);
-  free(label_ptrs);
-  free(mappings);
-  free(mapping_ptrs);
-  free(locations);
-  free(location_ptrs);
-  free(lines);
-  free(line_ptrs);
-  free(functions);
-  free(function_ptrs);
   return ret;
+}
+
+static int labels_reserve(struct encoder *e, size_t n)
+{
+  void *l = realloc(e->labels, n * sizeof(*e->labels));
+
+  if (!l)
+    return -ENOMEM;
+  e->labels = l;
+  l = realloc(e->label_ptrs, n * sizeof(*e->label_ptrs));
+  if (!l)
+    return -ENOMEM;
+  e->label_ptrs = l;
+  e->labels_cap = n;
+  for (size_t i = 0; i < n; i++) {
+    perftools__profiles__label__init(&e->labels[i]);
+    e->label_ptrs[i] = &e->labels[i];
+  }
+  return 0;
+}
+
+static int ids_reserve(struct encoder *e, size_t n)
+{
+  void *p = realloc(e->ids, n * sizeof(*e->ids));
+
+  if (!p)
+    return -ENOMEM;
+  e->ids = p;
+  e->ids_cap = n;
+  return 0;
+}
+
+/*
+ * Location ids by use: a sample lists every frame's id as a varint, so ids 1..127 (one byte)
+ * go to the most used locations (the outer frames every stack shares, the kernels) and the
+ * least used get the longest varints. On a 100 000-sample window this makes the samples
+ * about 10% smaller and 20% smaller compressed (docs/PERFORMANCE.md). A stable radix sort
+ * (no malloc, unlike qsort): ties keep the order of addition, so the same profile always
+ * encodes to the same bytes.
+ */
+static int number_locations(struct pprof_builder *b)
+{
+  struct encoder *e = &b->enc;
+  size_t i, n = b->locations.n, count[256];
+  uint64_t max = 0, *tmp;
+
+  if (n > e->order_cap) {
+    void *o = realloc(e->order, n * sizeof(*e->order));
+    if (!o)
+      return -ENOMEM;
+    e->order = o;
+    o = realloc(e->id_of, n * sizeof(*e->id_of));
+    if (!o)
+      return -ENOMEM;
+    e->id_of = o;
+    e->order_cap = n;
+  }
+  for (i = 0; i < n; i++) {
+    e->order[i] = i;
+    if (b->locations.v[i].uses > max)
+      max = b->locations.v[i].uses;
+  }
+  /* Byte by byte from the lowest, each digit inverted for a descending order; id_of is the
+   * scratch array until the last pass. */
+  for (unsigned shift = 0; shift < 64 && max >> shift; shift += 8) {
+    size_t pos = 0;
+
+    memset(count, 0, sizeof(count));
+    for (i = 0; i < n; i++)
+      count[255 - (b->locations.v[e->order[i]].uses >> shift & 255)]++;
+    for (i = 0; i < 256; i++) {
+      size_t c = count[i];
+      count[i] = pos;
+      pos += c;
+    }
+    for (i = 0; i < n; i++)
+      e->id_of[count[255 - (b->locations.v[e->order[i]].uses >> shift & 255)]++] = e->order[i];
+    tmp = e->order;
+    e->order = e->id_of;
+    e->id_of = tmp;
+  }
+  for (i = 0; i < n; i++)
+    e->id_of[e->order[i]] = i + 1;
+  return 0;
+}
+
+static int encode_samples(struct pprof_builder *b)
+{
+  struct encoder *e = &b->enc;
+  Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
+  size_t i = 0, j, n_labels, n_ids, bound;
+  int ret;
+
+  p.sample = e->sample_ptrs;
+  while (i < b->samples.n) {
+    p.n_sample = 0;
+    n_labels = 0;
+    n_ids = 0;
+    bound = 0;
+    /* A batch: up to BATCH samples and LABEL_BATCH labels, but always one sample. */
+    for (; i < b->samples.n && p.n_sample < BATCH; i++) {
+      const struct sample *s = &b->samples.v[i];
+      Perftools__Profiles__Sample *m = &e->samples[p.n_sample];
+
+      if (n_labels + s->n_labels > e->labels_cap || n_ids + s->n_locs > e->ids_cap) {
+        /* Grown only while the batch is empty: the batch's samples point into these. */
+        if (p.n_sample)
+          break;
+        if ((s->n_labels > e->labels_cap &&
+             labels_reserve(e, s->n_labels > LABEL_BATCH ? s->n_labels : LABEL_BATCH)) ||
+            (s->n_locs > e->ids_cap &&
+             ids_reserve(e, s->n_locs > IDS_BATCH ? s->n_locs : IDS_BATCH)))
+          return -ENOMEM;
+      }
+      for (j = 0; j < s->n_locs; j++)
+        e->ids[n_ids + j] = e->id_of[b->sample_locs.v[s->loc_off + j]];
+      /* Every field is set: the batch structs were initialized once (descriptors). */
+      for (j = 0; j < s->n_labels; j++) {
+        const struct label *l = &b->sample_labels.v[s->label_off + j];
+        Perftools__Profiles__Label *lm = &e->labels[n_labels + j];
+        lm->key = l->key;
+        lm->str = l->str;
+        lm->num = l->num;
+        lm->num_unit = l->num_unit;
+      }
+      m->n_location_id = s->n_locs;
+      m->location_id = e->ids + n_ids;
+      n_ids += s->n_locs;
+      m->n_value = b->n_types;
+      m->value = b->sample_values.v + i * b->n_types;
+      m->n_label = s->n_labels;
+      m->label = e->label_ptrs + n_labels;
+      n_labels += s->n_labels;
+      bound += SAMPLE_BOUND(s->n_locs, b->n_types, s->n_labels);
+      p.n_sample++;
+    }
+    ret = stage_pack(b, &p, bound);
+    if (ret)
+      return ret;
+  }
+  return 0;
+}
+
+static int encode_locations(struct pprof_builder *b)
+{
+  struct encoder *e = &b->enc;
+  Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
+  size_t i = 0;
+  int ret;
+
+  p.location = e->location_ptrs;
+  while (i < b->locations.n) {
+    for (p.n_location = 0; i < b->locations.n && p.n_location < BATCH; i++, p.n_location++) {
+      const struct location *l = &b->locations.v[e->order[i]];
+      Perftools__Profiles__Location *m = &e->locations[p.n_location];
+      Perftools__Profiles__Line *line = &e->lines[p.n_location];
+
+      perftools__profiles__location__init(m);
+      m->id = i + 1;
+      m->mapping_id = l->mapping_id;
+      m->address = l->address;
+      if (l->function_id) {
+        perftools__profiles__line__init(line);
+        line->function_id = l->function_id;
+        line->line = l->line;
+        e->line_ptrs[p.n_location] = line;
+        m->n_line = 1;
+        m->line = &e->line_ptrs[p.n_location];
+      }
+    }
+    ret = stage_pack(b, &p, p.n_location * LOCATION_BOUND);
+    if (ret)
+      return ret;
+  }
+  return 0;
+}
+
+static int encode_functions(struct pprof_builder *b)
+{
+  struct encoder *e = &b->enc;
+  Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
+  size_t i = 0;
+  int ret;
+
+  p.function = e->function_ptrs;
+  while (i < b->functions.n) {
+    for (p.n_function = 0; i < b->functions.n && p.n_function < BATCH; i++, p.n_function++) {
+      const struct function *f = &b->functions.v[i];
+      Perftools__Profiles__Function *m = &e->functions[p.n_function];
+
+      perftools__profiles__function__init(m);
+      m->id = i + 1;
+      m->name = f->name;
+      m->system_name = f->system_name;
+      m->filename = f->filename;
+      m->start_line = f->start_line;
+    }
+    ret = stage_pack(b, &p, p.n_function * FUNCTION_BOUND);
+    if (ret)
+      return ret;
+  }
+  return 0;
+}
+
+static int encode_strings(struct pprof_builder *b)
+{
+  Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
+  size_t i = 0, bound;
+  int ret;
+
+  while (i < b->strings.n) {
+    p.string_table = (char **)b->strings.v + i;
+    /* Strings are bounded by bytes: one may be long. */
+    for (p.n_string_table = 0, bound = 0;
+         i < b->strings.n && p.n_string_table < BATCH && bound < STAGE_SIZE / 2;
+         i++, p.n_string_table++)
+      bound += FRAME_BOUND + strlen(b->strings.v[i]);
+    ret = stage_pack(b, &p, bound);
+    if (ret)
+      return ret;
+  }
+  return 0;
+}
+
+int pprof_builder_encode(struct pprof_builder *b, int level, uint8_t **out, size_t *len)
+{
+  struct encoder *e = &b->enc;
+  int ret;
+
+  *out = NULL;
+  *len = 0;
+  if (b->failed)
+    return -ENOMEM;
+  if (b->samples.n && !b->n_types)
+    return -EINVAL;
+  if (!e->stage) {
+    if (!(e->stage = malloc(STAGE_SIZE)))
+      return -ENOMEM;
+    e->stage_cap = STAGE_SIZE;
+  }
+  /* One zlib stream for the builder's life: deflateInit's tables are reused. */
+  if (e->z_ready && e->z_level != level) {
+    deflateEnd(&e->z);
+    e->z_ready = 0;
+  }
+  if (!e->z_ready) {
+    memset(&e->z, 0, sizeof(e->z));
+    /* 16 + 15: the gzip wrapper, which is what "*.pb.gz" readers sniff for (0x1f 0x8b). */
+    if (deflateInit2(&e->z, level, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+      return -ENOMEM;
+    e->z_ready = 1;
+    e->z_level = level;
+  } else if (deflateReset(&e->z) != Z_OK) {
+    return -EIO;
+  }
+  e->stage_len = 0;
+  e->out_len = 0;
+  /* String indexes are final: every string was interned when its item was added. */
+  ret = number_locations(b);
+  if (!ret)
+    ret = encode_header(b);
+  if (!ret)
+    ret = encode_samples(b);
+  if (!ret)
+    ret = encode_locations(b);
+  if (!ret)
+    ret = encode_functions(b);
+  if (!ret)
+    ret = encode_strings(b);
+  if (!ret)
+    ret = stage_flush(b, Z_FINISH);
+  if (ret)
+    return ret;
+  if (!(*out = malloc(e->out_len ? e->out_len : 1)))
+    return -ENOMEM;
+  memcpy(*out, e->out, e->out_len);
+  *len = e->out_len;
+  return 0;
 }

@@ -7,14 +7,20 @@
 
 /*
  * Builds one profile in memory and encodes it (protobuf-c, gzip) as pprof and Pyroscope read
- * it: string_table[0] is "", ids of mappings, functions and locations are dense 1..N in the
- * order they were added, stacks are leaf first. Strings, functions and locations are interned
- * (adding the same one twice returns the same id), so callers need no cache of their own.
+ * it: string_table[0] is "", ids of mappings and functions are dense 1..N in the order they
+ * were added, stacks are leaf first. Location ids are dense 1..N too, but numbered when
+ * encoding by how many samples use them (shortest varints for the most used); the ids this
+ * API returns are the builder's own. Strings, functions and locations are interned (adding
+ * the same one twice returns the same id), so callers need no cache of their own.
  * Ids and string indexes returned are > 0; 0 means "failed" (out of memory): the builder then
  * remembers the error and pprof_builder_encode returns -ENOMEM.
  *
+ * Samples are encoded in the order they were added: add those of one stack one after the
+ * other (deflate finds the repeated stack only within its 32 KiB window).
+ *
  * pprof_builder_reset keeps the memory for the next profile: a builder reused window after
- * window stops allocating once it has seen its largest profile. Not thread-safe.
+ * window stops allocating once it has seen its largest profile (encoding streams through a
+ * fixed buffer into deflate and reuses its zlib stream). Not thread-safe.
  */
 struct pprof_builder;
 
@@ -50,9 +56,14 @@ int pprof_builder_add_comment(struct pprof_builder *b, const char *text);
 
 /* Mappings are not interned: the caller adds each module once. */
 uint64_t pprof_builder_add_mapping(struct pprof_builder *b, const struct pprof_mapping *m);
-/* Interned by (name, filename); system_name is the name too. */
-uint64_t pprof_builder_function(struct pprof_builder *b, const char *name, const char *filename,
-                                int64_t start_line);
+/*
+ * Interned by (name, system_name, filename). system_name (NULL: none) is the name as linked;
+ * pass the name itself for native frames (pprof prints a system name that differs from the
+ * name beside it) and NULL for Python frames: `go tool pprof` simplifies a function whose
+ * system name is set like a C++ symbol and would turn "<module>" into "<unknown>".
+ */
+uint64_t pprof_builder_function(struct pprof_builder *b, const char *name, const char *system_name,
+                                const char *filename, int64_t start_line);
 /* Interned by (mapping, address, function, line); function_id 0 for an address-only location. */
 uint64_t pprof_builder_location(struct pprof_builder *b, uint64_t mapping_id, uint64_t address,
                                 uint64_t function_id, int64_t line);
@@ -63,9 +74,10 @@ int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_i
                              const struct pprof_label *labels, size_t n_labels);
 
 size_t pprof_builder_sample_count(const struct pprof_builder *b);
+size_t pprof_builder_location_count(const struct pprof_builder *b);
 
 /* The serialized Profile, gzip-compressed, in a malloc'd buffer (*out, *len): the caller frees
- * it. level: zlib's 1..9, or -1 for its default. 0 or -errno. */
+ * it. level: zlib's 0..9, or -1 for its default. 0 or -errno. */
 int pprof_builder_encode(struct pprof_builder *b, int level, uint8_t **out, size_t *len);
 
 #endif

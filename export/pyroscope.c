@@ -1,12 +1,12 @@
 /* Pyroscope requests: labels, the /push protobuf body, /ingest multipart, one libcurl client. */
 #include "export/pyroscope.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/curl_api.h"
 #include "proto/push.pb-c.h"
 
 #define PUSH_PATH "/push.v1.PusherService/Push"
@@ -176,7 +176,10 @@ int pyroscope_ingest_name(const struct pyroscope_labels *ls, char *buf, size_t c
 
 /* ---- the client ---- */
 
+/* Every libcurl call goes through c->curl (export/curl_api.h): this file never names a curl_
+ * function directly, so it links into the agent without libcurl. */
 struct pyroscope_client {
+  const struct curl_api *curl;
   CURL *h;
   struct curl_slist *headers;
   enum pyroscope_api api;
@@ -213,14 +216,15 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
   return c->should_abort && c->should_abort(c->abort_arg) ? 1 : 0;
 }
 
-static int append_header(struct curl_slist **list, const char *fmt, const char *value)
+static int append_header(const struct curl_api *curl, struct curl_slist **list, const char *fmt,
+                         const char *value)
 {
   char line[1024];
   struct curl_slist *n;
 
   if (snprintf(line, sizeof(line), fmt, value) >= (int)sizeof(line))
     return -EINVAL;
-  n = curl_slist_append(*list, line);
+  n = curl->slist_append(*list, line);
   if (!n)
     return -ENOMEM;
   *list = n;
@@ -232,8 +236,9 @@ void pyroscope_client_free(struct pyroscope_client *c)
   if (!c)
     return;
   if (c->h)
-    curl_easy_cleanup(c->h);
-  curl_slist_free_all(c->headers);
+    c->curl->easy_cleanup(c->h);
+  if (c->headers)
+    c->curl->slist_free_all(c->headers);
   free(c);
 }
 
@@ -243,7 +248,10 @@ struct pyroscope_client *pyroscope_client_new(const struct pyroscope_client_opti
   size_t n;
   int ret = 0;
 
-  if (!c || !opt->url)
+  if (!c)
+    return NULL;
+  c->curl = opt->curl;
+  if (!c->curl || !opt->url)
     goto fail;
   n = strlen(opt->url);
   while (n && opt->url[n - 1] == '/')
@@ -255,41 +263,41 @@ struct pyroscope_client *pyroscope_client_new(const struct pyroscope_client_opti
   c->api = opt->api;
   c->should_abort = opt->should_abort;
   c->abort_arg = opt->abort_arg;
-  c->h = curl_easy_init();
+  c->h = c->curl->easy_init();
   if (!c->h)
     goto fail;
 
   if (opt->api == PYROSCOPE_API_PUSH) {
-    ret = append_header(&c->headers, "%s", "Content-Type: application/proto");
+    ret = append_header(c->curl, &c->headers, "%s", "Content-Type: application/proto");
     if (!ret)
-      ret = append_header(&c->headers, "%s", "Connect-Protocol-Version: 1");
+      ret = append_header(c->curl, &c->headers, "%s", "Connect-Protocol-Version: 1");
   }
   /* No "Expect: 100-continue" round trip before large bodies. */
   if (!ret)
-    ret = append_header(&c->headers, "%s", "Expect:");
+    ret = append_header(c->curl, &c->headers, "%s", "Expect:");
   if (!ret && opt->tenant && *opt->tenant)
-    ret = append_header(&c->headers, "X-Scope-OrgID: %s", opt->tenant);
+    ret = append_header(c->curl, &c->headers, "X-Scope-OrgID: %s", opt->tenant);
   if (ret)
     goto fail;
 
   /* Never let libcurl install signal handlers (SIGALRM for DNS timeouts, SIGPIPE) in the
    * host process; with the threaded resolver timeouts still apply to name lookups. */
-  curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->headers);
-  curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, c->errbuf);
-  curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_reply);
-  curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
-  curl_easy_setopt(c->h, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c->h, CURLOPT_XFERINFOFUNCTION, on_progress);
-  curl_easy_setopt(c->h, CURLOPT_XFERINFODATA, c);
-  curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c->h, CURLOPT_TCP_KEEPALIVE, 1L);
+  c->curl->easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+  c->curl->easy_setopt(c->h, CURLOPT_HTTPHEADER, c->headers);
+  c->curl->easy_setopt(c->h, CURLOPT_ERRORBUFFER, c->errbuf);
+  c->curl->easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_reply);
+  c->curl->easy_setopt(c->h, CURLOPT_WRITEDATA, c);
+  c->curl->easy_setopt(c->h, CURLOPT_NOPROGRESS, 0L);
+  c->curl->easy_setopt(c->h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  c->curl->easy_setopt(c->h, CURLOPT_XFERINFODATA, c);
+  c->curl->easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http,https");
+  c->curl->easy_setopt(c->h, CURLOPT_TCP_KEEPALIVE, 1L);
   if (opt->user_agent)
-    curl_easy_setopt(c->h, CURLOPT_USERAGENT, opt->user_agent);
+    c->curl->easy_setopt(c->h, CURLOPT_USERAGENT, opt->user_agent);
   if (opt->user && *opt->user) {
-    curl_easy_setopt(c->h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-    curl_easy_setopt(c->h, CURLOPT_USERNAME, opt->user);
-    curl_easy_setopt(c->h, CURLOPT_PASSWORD, opt->password ? opt->password : "");
+    c->curl->easy_setopt(c->h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+    c->curl->easy_setopt(c->h, CURLOPT_USERNAME, opt->user);
+    c->curl->easy_setopt(c->h, CURLOPT_PASSWORD, opt->password ? opt->password : "");
   }
   return c;
 fail:
@@ -339,17 +347,17 @@ int pyroscope_client_send(struct pyroscope_client *c, const struct pyroscope_lab
       ret = -EINVAL;
       goto out;
     }
-    curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, (const char *)body);
-    curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    c->curl->easy_setopt(c->h, CURLOPT_POSTFIELDS, (const char *)body);
+    c->curl->easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
   } else {
     curl_mimepart *part;
 
     ret = pyroscope_ingest_name(ls, name, sizeof(name));
     if (ret)
       goto out;
-    esc = curl_easy_escape(c->h, name, 0);
-    mime = curl_mime_init(c->h);
-    part = mime ? curl_mime_addpart(mime) : NULL;
+    esc = c->curl->easy_escape(c->h, name, 0);
+    mime = c->curl->mime_init(c->h);
+    part = mime ? c->curl->mime_addpart(mime) : NULL;
     if (!esc || !part) {
       ret = -ENOMEM;
       goto out;
@@ -364,30 +372,31 @@ int pyroscope_client_send(struct pyroscope_client *c, const struct pyroscope_lab
       goto out;
     }
     /* The filename makes it a file part; Pyroscope ignores a plain form value "profile". */
-    if (curl_mime_name(part, "profile") || curl_mime_filename(part, "profile.pb.gz") ||
-        curl_mime_data(part, (const char *)profile, len) ||
-        curl_mime_type(part, "application/octet-stream")) {
+    if (c->curl->mime_name(part, "profile") || c->curl->mime_filename(part, "profile.pb.gz") ||
+        c->curl->mime_data(part, (const char *)profile, len) ||
+        c->curl->mime_type(part, "application/octet-stream")) {
       ret = -ENOMEM;
       goto out;
     }
-    curl_easy_setopt(c->h, CURLOPT_MIMEPOST, mime);
+    c->curl->easy_setopt(c->h, CURLOPT_MIMEPOST, mime);
     body_len = len;
   }
   res->body_len = body_len;
-  curl_easy_setopt(c->h, CURLOPT_URL, url);
-  curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
-  curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
+  c->curl->easy_setopt(c->h, CURLOPT_URL, url);
+  c->curl->easy_setopt(c->h, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
+  c->curl->easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
 
-  rc = curl_easy_perform(c->h);
+  rc = c->curl->easy_perform(c->h);
   if (rc == CURLE_ABORTED_BY_CALLBACK) {
     res->outcome = PYROSCOPE_ABORTED;
     set_message(res, "aborted at the exit deadline", NULL);
   } else if (rc != CURLE_OK) {
     res->outcome = PYROSCOPE_RETRY;
-    set_message(res, c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc), NULL);
+    set_message(res, c->errbuf[0] ? c->errbuf : c->curl->easy_strerror(rc), NULL);
   } else {
-    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &res->status);
-    if (curl_easy_getinfo(c->h, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK && retry_after > 0)
+    c->curl->easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &res->status);
+    if (c->curl->easy_getinfo(c->h, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
+        retry_after > 0)
       res->retry_after_s = retry_after > 3600 ? 3600u : (unsigned)retry_after;
     if (res->status >= 200 && res->status < 300)
       res->outcome = PYROSCOPE_SENT;
@@ -404,11 +413,11 @@ int pyroscope_client_send(struct pyroscope_client *c, const struct pyroscope_lab
 out:
   /* The handle outlives this request: drop references to this request's memory. */
   if (c->api == PYROSCOPE_API_PUSH)
-    curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, NULL);
+    c->curl->easy_setopt(c->h, CURLOPT_POSTFIELDS, NULL);
   else
-    curl_easy_setopt(c->h, CURLOPT_MIMEPOST, NULL);
-  curl_mime_free(mime);
-  curl_free(esc);
+    c->curl->easy_setopt(c->h, CURLOPT_MIMEPOST, NULL);
+  c->curl->mime_free(mime);
+  c->curl->free(esc);
   free(body);
   if (ret)
     set_message(res,

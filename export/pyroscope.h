@@ -58,7 +58,12 @@ int pyroscope_push_body(const struct pyroscope_labels *ls, const uint8_t *profil
  * quoting) or the application name a character outside [A-Za-z0-9_.-/]; -ENOSPC. */
 int pyroscope_ingest_name(const struct pyroscope_labels *ls, char *buf, size_t cap);
 
+struct curl_api; /* export/curl_api.h */
+
 struct pyroscope_client_options {
+  /* The libcurl to use: curl_api_load()'s table in the agent, curl_api_linked() in a program
+   * linked with libcurl. Must outlive the client; global_init must have been called. */
+  const struct curl_api *curl;
   const char *url; /* base URL, e.g. http://pyroscope:4040 (a trailing '/' is ignored) */
   enum pyroscope_api api;
   const char *user;     /* basic auth, or NULL */
@@ -89,7 +94,7 @@ struct pyroscope_result {
 
 struct pyroscope_client;
 
-/* NULL on failure (no memory, or libcurl cannot make a handle). Needs curl_global_init done. */
+/* NULL on failure (no memory, no opt->curl, or libcurl cannot make a handle). */
 struct pyroscope_client *pyroscope_client_new(const struct pyroscope_client_options *opt);
 void pyroscope_client_free(struct pyroscope_client *c);
 

@@ -289,10 +289,12 @@ static char *put_flow(char *p, struct trace_writer *w, const struct trace_track 
   return PUT(p, "}");
 }
 
+/*
+ * GPU slice arguments. Size matters here (docs/TRACES.md, "Encoding"): the device is not an
+ * argument (the slice's process is "GPU <n>"), and shared memory is left out when zero.
+ */
 static char *put_gpu_args(char *p, const struct trace_gpu_slice *g, uint64_t dur)
 {
-  p = PUT(p, ",\"device\":");
-  p = put_u64(p, g->device);
   p = PUT(p, ",\"stream\":");
   p = put_u64(p, g->stream);
   switch (g->kind) {
@@ -309,10 +311,12 @@ static char *put_gpu_args(char *p, const struct trace_gpu_slice *g, uint64_t dur
         *p++ = ',';
       p = put_i64(p, g->u.kernel.block[i]);
     }
-    p = PUT(p, "],\"registers\":");
+    p = PUT(p, "],\"regs\":");
     p = put_u64(p, g->u.kernel.registers_per_thread);
-    p = PUT(p, ",\"shared_mem\":");
-    p = put_u64(p, (uint64_t)g->u.kernel.static_smem + g->u.kernel.dynamic_smem);
+    if (g->u.kernel.static_smem || g->u.kernel.dynamic_smem) {
+      p = PUT(p, ",\"smem\":");
+      p = put_u64(p, (uint64_t)g->u.kernel.static_smem + g->u.kernel.dynamic_smem);
+    }
     break;
   case TRACE_GPU_MEMCPY:
     p = PUT(p, ",\"bytes\":");
@@ -441,7 +445,7 @@ static int json_end(struct trace_writer *w)
     return w->out.err;
   p = PUT(start, "\n],\"metadata\":{\"base_time_ns\":");
   p = put_u64(p, w->meta.base_ns);
-  p = put_kv_str(p, "trace_writer", "gpuprof trace 1");
+  p = put_kv_str(p, "trace_writer", "gpuprof trace 2");
   p = put_kv_str(p, "agent", w->meta.agent_version);
   p = put_kv_u64(p, "pid", w->meta.pid);
   if (w->meta.process_name)

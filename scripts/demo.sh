@@ -33,18 +33,45 @@ echo "demo: running ${samples[*]} on $where"
 for s in "${samples[@]}"; do
   echo
   echo "---- samples/$s under gpuprof ----"
-  LD_LIBRARY_PATH=$libpath build/bin/gpuprof run --output "$out" --log info -- "build/samples/$s"
+  # A trace of the whole run (the capture ends with the process), plus the pprof windows the
+  # agent writes in its default continuous mode (the last, partial one at exit).
+  LD_LIBRARY_PATH=$libpath GPUPROF_CAPTURE_ON_START=60s \
+    build/bin/gpuprof run --output "$out" --log info -- "build/samples/$s"
 done
 
+list() {  # list <glob> <what>
+  local f found=0
+  for f in "$out"/$1; do
+    [[ -e $f ]] || continue
+    ((found)) || echo "  $2:"
+    found=1
+    echo "    $f"
+  done
+  ((found)) || echo "  $2: none written (see the messages above)"
+}
+
 echo
-echo "demo: outputs in $out:"
-ls -1 "$out" | sed 's/^/  /'
+echo "demo: outputs in $out"
+list '*-capture.json*' "traces (Chrome/Perfetto JSON)"
+list '*-capture.pftrace' "traces (native Perfetto)"
+list '*.pb.gz' "pprof profiles (GPU time, GPU memory, memcpy by host stack)"
+list '*-summary.json' "capture summaries"
 cat <<MSG
 
-What you are looking at:
-  *-summary.json   the capture summary of each process (format: docs/SUMMARY.md); the same
-                   numbers were printed above because of --log info.
+How to open them:
+  traces    https://ui.perfetto.dev -> "Open trace file" (the file stays on your machine):
+            one track per CPU thread with its CUDA API calls, one process per GPU with a track
+            per stream, arrows from each launch to its kernel, GPU memory in use as a counter.
+            (docs/TRACES.md)
+  profiles  go tool pprof -http=:8080 FILE.pb.gz   (Debian: golang-go), or a flame graph in
+            Grafana/Pyroscope when GPUPROF_PYROSCOPE_URL is set. gpu_time: GPU nanoseconds by
+            the host stack that launched the kernel (leaf "[gpu] kernel"); gpu_memory: bytes
+            allocated and in use by allocating stack; memcpy: bytes by direction.
+            (docs/PROFILES.md)
+  summaries the numbers printed above, as JSON (docs/SUMMARY.md).
+
 Profile your own program the same way:
   build/bin/gpuprof run --output DIR --log info -- ./your_cuda_program
-or, in a pod, set CUDA_INJECTION64_PATH=/path/to/libgpuprof.so (docs/CONFIGURATION.md).
+capture a running one:   build/bin/gpuprof list; build/bin/gpuprof capture --pid N --duration 30s
+or, in a pod, set CUDA_INJECTION64_PATH=/path/to/libgpuprof.so (docs/KUBERNETES.md).
 MSG

@@ -20,6 +20,14 @@ static uint64_t mono_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t cpu_ns(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static long rss_kib(void)
 {
   long pages = 0, resident = 0;
@@ -33,37 +41,47 @@ static long rss_kib(void)
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t next(void)
+/*
+ * Part 1: the builder alone, 10 000 distinct stacks x 10 kernels = 100 000 samples. Stacks
+ * are paths in a call tree, as real ones are: a trunk of 6 frames shared by all, then more
+ * and more distinct nodes towards the leaf (a node splits in two at most levels, 10 000
+ * leaves). Two shapes of that tree:
+ *  - "unique": every node of the tree is its own function and location (about 3.4 distinct
+ *    locations per stack at depth 24): the worst case, no code is reached by two paths;
+ *  - "shared": a node is a call site drawn from at most 256 per level and 4 call sites share
+ *    a function, as when the same model code (Module.__call__, forward, one torch op) is
+ *    reached through many paths: the deduplicated locations are a few thousand.
+ */
+static void make_stacks(uint64_t *frames, int stacks, int depth, int shared)
 {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
+  const int trunk = depth > 8 ? 6 : 0, bits = 14; /* 2^14 >= 10 000 leaves */
+
+  for (int s = 0; s < stacks; s++)
+    for (int d = 0; d < depth; d++) {
+      int outer = depth - 1 - d; /* 0: outermost */
+      int split = outer < trunk ? 0 : (outer - trunk + 1) * bits / (depth - trunk);
+      uint64_t node = (uint64_t)s >> (bits - split); /* siblings differ by one */
+      uint64_t site = node;
+
+      if (shared && node >= 256)
+        site = (node * 0x9e37u + (uint64_t)outer * 0x1234567u) & 255u;
+      frames[(size_t)s * depth + d] = (uint64_t)outer * 100000 + site;
+    }
 }
 
-/* Part 1: the builder alone, 10 000 stacks x 10 kernels = 100 000 samples, 24 frames each.
- * Stacks are shaped like a call tree, as real ones are: few distinct outer frames, more and
- * more towards the leaf (level L has up to 2^(L/2+2) distinct frames), 10 000 distinct leaves. */
-static void bench_encode(int stacks, int leaves, int depth, int rounds, int level)
+static void bench_encode(int stacks, int leaves, int depth, int shared, int rounds, int level,
+                         const char *dump)
 {
   struct pprof_builder *b = pprof_builder_new();
   struct pprof_mapping m = {0x400000, 0x8000000, 0, "/usr/bin/python3", "0123456789abcdef", 1};
   uint64_t *frames = malloc((size_t)stacks * depth * sizeof(*frames));
   uint64_t locs[65];
-  double best_build = 1e30, best_encode = 1e30;
+  double best_build = 1e30, best_encode = 1e30, best_cpu = 1e30;
   size_t len = 0;
 
-  for (int s = 0; s < stacks; s++)
-    for (int d = 0; d < depth; d++) {
-      int outer = depth - 1 - d; /* 0: outermost */
-      uint64_t distinct = outer / 2 + 2 < 14 ? 1ull << (outer / 2 + 2) : (uint64_t)stacks;
-      frames[(size_t)s * depth + d] = (uint64_t)outer * 100000 + (uint64_t)s % distinct;
-    }
-  (void)next;
+  make_stacks(frames, stacks, depth, shared);
   for (int r = 0; r < rounds; r++) {
-    uint64_t t0 = mono_ns(), t1, t2;
+    uint64_t t0 = mono_ns(), t1, t2, c1, c2;
     uint8_t *buf = NULL;
     char name[128];
 
@@ -78,34 +96,48 @@ static void bench_encode(int stacks, int leaves, int depth, int rounds, int leve
       for (int d = 0; d < depth; d++) {
         uint64_t f = frames[(size_t)s * depth + d];
         snprintf(name, sizeof(name), "torch::autograd::function_%llu(at::Tensor const&)",
-                 (unsigned long long)f);
+                 (unsigned long long)(shared ? f / 4 : f));
         locs[d + 1] = pprof_builder_location(
-            b, 1, 0x400000 + f * 64, pprof_builder_function(b, name, "torch/nn/module.py", 0), 0);
+            b, 1, 0x400000 + f * 64, pprof_builder_function(b, name, name, "torch/nn/module.py", 0),
+            0);
       }
       for (int l = 0; l < leaves; l++) {
         struct pprof_label gpu = {"gpu", l & 1 ? "1" : "0", 0, NULL};
         int64_t v[2] = {1 + l, 1000 * (1 + l) + s};
         snprintf(name, sizeof(name), "[gpu] void sm90_xmma_gemm_kernel_%d<float>(Params)", l);
-        locs[0] = pprof_builder_location(b, 0, 0, pprof_builder_function(b, name, NULL, 0), 0);
+        locs[0] =
+            pprof_builder_location(b, 0, 0, pprof_builder_function(b, name, name, NULL, 0), 0);
         pprof_builder_add_sample(b, locs, (size_t)depth + 1, v, 2, &gpu, 1);
       }
     }
     t1 = mono_ns();
+    c1 = cpu_ns();
     if (pprof_builder_encode(b, level, &buf, &len)) {
       fprintf(stderr, "bench_pprof: encode failed\n");
       exit(1);
     }
     t2 = mono_ns();
+    c2 = cpu_ns();
+    if (dump && r == rounds - 1) {
+      FILE *f = fopen(dump, "wb");
+      if (!f || fwrite(buf, 1, len, f) != len)
+        fprintf(stderr, "bench_pprof: cannot write %s\n", dump);
+      if (f)
+        fclose(f);
+    }
     free(buf);
     if ((t1 - t0) / 1e6 < best_build)
       best_build = (t1 - t0) / 1e6;
     if ((t2 - t1) / 1e6 < best_encode)
       best_encode = (t2 - t1) / 1e6;
+    if ((c2 - c1) / 1e6 < best_cpu)
+      best_cpu = (c2 - c1) / 1e6;
   }
-  printf("encode: %d stacks x %d kernels = %zu samples, depth %d: build %.1f ms, "
-         "encode+gzip(level %d) %.1f ms, %zu bytes compressed (best of %d)\n",
-         stacks, leaves, pprof_builder_sample_count(b), depth, best_build, level, best_encode, len,
-         rounds);
+  printf(
+      "encode: %d stacks x %d kernels = %zu samples, depth %d, %s tree, %zu locations: build "
+      "%.1f ms, encode+gzip(level %d) %.1f ms (CPU %.1f ms), %zu bytes compressed (best of %d)\n",
+      stacks, leaves, pprof_builder_sample_count(b), depth, shared ? "shared" : "unique",
+      pprof_builder_location_count(b), best_build, level, best_encode, best_cpu, len, rounds);
   pprof_builder_free(b);
   free(frames);
 }
@@ -133,6 +165,7 @@ static void bench_windows(int windows, const char *dir)
   struct profiles *p;
   struct profiles_stats stats;
   long first = 0;
+  uint64_t event_ns = 0, tick_ns = 0, c0;
 
   for (int i = 0; i < 2000; i++) {
     uint64_t f[16];
@@ -143,6 +176,7 @@ static void bench_windows(int windows, const char *dir)
   p = profiles_new(&o, t);
   for (int w = 0; w < windows; w++) {
     uint64_t base = t + (uint64_t)w * o.window_ns;
+    c0 = cpu_ns();
     for (int i = 0; i < 20000; i++) {
       struct event ev = {.kind = i % 10 ? EVENT_KERNEL : EVENT_MEMCPY,
                          .start_ns = base + (uint64_t)i * 40000,
@@ -157,6 +191,7 @@ static void bench_windows(int windows, const char *dir)
       }
       profiles_event(p, &ev, &api);
     }
+    event_ns += cpu_ns() - c0;
     /* Steady state: the 100 kept in the previous window are freed, 100 new ones kept. */
     for (int i = 0; i < 200; i++) {
       struct alloc_info ai = {
@@ -169,7 +204,9 @@ static void bench_windows(int windows, const char *dir)
       else
         kept[i / 2] = key;
     }
+    c0 = cpu_ns();
     profiles_tick(p, base + o.window_ns + o.grace_ns);
+    tick_ns += cpu_ns() - c0;
     if (w == 9)
       first = rss_kib();
     if ((w + 1) % (windows / 10 ? windows / 10 : 1) == 0)
@@ -181,9 +218,82 @@ static void bench_windows(int windows, const char *dir)
          "end: %ld KiB\n",
          (unsigned long long)stats.windows, (unsigned long long)stats.files,
          (unsigned long long)stats.bytes, first, rss_kib());
+  /* What the worker spends: per device event (the launch path's share), and per window. */
+  printf("windows: CPU %.1f ns per profiles_event, %.2f ms per window closed (memory cut, "
+         "3 profiles built, encoded and written)\n",
+         (double)event_ns / ((double)windows * 20000), (double)tick_ns / 1e6 / windows);
   profiles_free(p);
   alloc_map_free(am);
   stack_table_free(st);
+}
+
+/*
+ * Part 3: the agent's window code at the scale of part 1: the 10 000 stacks (at addresses
+ * no module holds, so each frame is its own "0x..." function) x 10 kernels go through
+ * profiles_event; closing the window builds (symbolizes, interns), encodes and writes the
+ * gpu_time profile. The first window also symbolizes every frame; later ones reuse that.
+ */
+static void bench_agent_window(int depth, int shared, int rounds, const char *dir)
+{
+  struct stack_table *st = stack_table_new(256u << 20);
+  struct profiles_options o = {
+      .output_dir = dir,
+      .window_ns = 1000000000ull,
+      .grace_ns = 200000000ull,
+      .write_files = 1,
+      .stacks = st,
+      .sample_every = 1,
+      .max_keys = 1u << 17,
+      .host = "bench",
+      .pid = (int)getpid(),
+  };
+  static const char *const names[10] = {"_Z6gemm_0v", "_Z6gemm_1v", "_Z6gemm_2v", "_Z6gemm_3v",
+                                        "_Z6gemm_4v", "_Z6gemm_5v", "_Z6gemm_6v", "_Z6gemm_7v",
+                                        "_Z6gemm_8v", "_Z6gemm_9v"};
+  uint64_t *frames = malloc((size_t)10000 * depth * sizeof(*frames));
+  uint32_t *ids = malloc(10000 * sizeof(*ids));
+  uint64_t t = 1700000000000000000ull, bytes = 0, first = 0, best = UINT64_MAX;
+  struct profiles_stats stats;
+  struct profiles *p;
+
+  make_stacks(frames, 10000, depth, shared);
+  for (int s = 0; s < 10000; s++) {
+    uint64_t f[64];
+    for (int d = 0; d < depth; d++)
+      f[d] = 0x7e0000000000ull + frames[(size_t)s * depth + d] * 64;
+    ids[s] = stack_table_intern(st, f, depth);
+  }
+  p = profiles_new(&o, t);
+  for (int r = 0; r < rounds + 1; r++) {
+    uint64_t base = t + (uint64_t)r * o.window_ns, c0;
+    for (int i = 0; i < 100000; i++) {
+      struct event ev = {.kind = EVENT_KERNEL,
+                         .start_ns = base + (uint64_t)i * 1000,
+                         .end_ns = base + (uint64_t)i * 1000 + 500 + i % 7};
+      struct corr_info api = {.corr_id = 1, .stack_id = ids[i % 10000], .weight = 1};
+      ev.u.kernel.name = names[i / 10000];
+      profiles_event(p, &ev, &api);
+    }
+    profiles_get_stats(p, &stats);
+    bytes = stats.bytes;
+    c0 = cpu_ns();
+    profiles_tick(p, base + o.window_ns + o.grace_ns);
+    c0 = cpu_ns() - c0;
+    profiles_get_stats(p, &stats);
+    bytes = stats.bytes - bytes;
+    if (r == 0)
+      first = c0;
+    else if (c0 < best)
+      best = c0;
+  }
+  printf("agent window: 10000 stacks x 10 kernels, depth %d, %s tree: closing it %.1f ms CPU "
+         "(the first, symbolizing every frame: %.1f ms; best of %d), %llu bytes compressed\n",
+         depth, shared ? "shared" : "unique", best / 1e6, first / 1e6, rounds,
+         (unsigned long long)bytes);
+  profiles_free(p);
+  stack_table_free(st);
+  free(frames);
+  free(ids);
 }
 
 int main(int argc, char **argv)
@@ -199,8 +309,12 @@ int main(int argc, char **argv)
   }
   if (depth < 1 || depth > 64)
     depth = 24;
-  bench_encode(10000, 10, depth, rounds, 1);
-  bench_encode(10000, 10, depth, rounds, 6);
+  for (int shared = 1; shared >= 0; shared--) {
+    bench_encode(10000, 10, depth, shared, rounds, 1, shared ? getenv("BENCH_PPROF_DUMP") : NULL);
+    bench_encode(10000, 10, depth, shared, rounds, 6, NULL);
+  }
+  bench_agent_window(depth, 1, rounds, dir);
+  bench_agent_window(depth, 0, rounds, dir);
   bench_windows(windows, dir);
   /* The profiles are not needed: only their count and size are reported. */
   {

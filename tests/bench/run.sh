@@ -83,3 +83,8 @@ print(f"{'agent share (c) - (b)':52} median {stat['c'][0] - stat['b'][0]:7.1f} n
       f"mean {stat['c'][1] - stat['b'][1]:7.1f} ns")
 PY
 done
+
+# ---- Python frames (ctypes on the simulated runtime; Debian's python3 when present) ----
+echo
+echo "== bench_python: host ns per cudaMalloc / cudaFree from 30 Python frames"
+python3 tests/bench/bench_python.py --build "$build" --repeats "$repeats"

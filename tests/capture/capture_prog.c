@@ -35,6 +35,9 @@ static void *launcher(void *arg)
   CUstream s2;
 
   (void)arg;
+  /* Named by itself before its first CUDA call: named by the creator, it could launch (and
+   * claim its API ring under the old name) first. */
+  pthread_setname_np(pthread_self(), "launcher");
   CU(cuCtxSetCurrent(ctx));
   CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
   for (int i = 0; i < 4; i++)
@@ -67,7 +70,6 @@ static void basic(void)
   CU(cuStreamSynchronize(s));
   if (pthread_create(&t, NULL, launcher, NULL) != 0)
     e2e_fail("pthread_create");
-  pthread_setname_np(t, "launcher");
   pthread_join(t, NULL);
   CU(cuMemcpyDtoH(host, a, MIB));
   CU(cuCtxSynchronize());
@@ -154,6 +156,22 @@ int main(int argc, char **argv)
     }
     sleep_ms(100);
     launches(4, 2, NULL);
+  } else if (!strcmp(mode, "memory")) {
+    /* A known allocation sequence around an API-triggered capture (check_capture.py MEMORY):
+     * pre is allocated before it and freed inside it; b and c outlive it. */
+    CUdeviceptr pre, a, b, c;
+    if (!gpuprof_capture_start || !gpuprof_capture_stop)
+      e2e_fail("memory: run with LD_PRELOAD of the agent");
+    CU(cuMemAlloc(&pre, 4 * MIB));
+    printf("memory: start %d\n", gpuprof_capture_start(60000, 0));
+    CU(cuMemAlloc(&a, MIB));
+    CU(cuMemAlloc(&b, 65536));
+    CU(cuMemFree(pre));
+    CU(cuMemFree(a));
+    CU(cuMemAlloc(&c, 8192));
+    printf("memory: stop %d\n", gpuprof_capture_stop());
+    CU(cuMemFree(b));
+    CU(cuMemFree(c));
   } else if (!strcmp(mode, "own-handler")) {
     raise(SIGUSR2);
     basic();

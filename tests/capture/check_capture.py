@@ -7,7 +7,13 @@ workload, BASIC below) must appear exactly: each kernel, copy and set once on it
 its duration, each API call once on its thread, one flow per launch and per copy from the
 call to its GPU slice, syncs on their tracks, the memory counter's values in order.
 
+Each finished capture also writes the pprof of its window next to the trace
+(<stem>-gpu_time.pb.gz, -gpu_memory, -memcpy): they are read with `go tool pprof -raw`
+(tests/pprof/check_pprof.py) and must hold exactly the GPU work that started inside the
+window (BASIC_PPROF), and for the `memory` program exactly its allocation sequence (MEMORY).
+
 Usage: check_capture.py --case NAME --prog capture_prog --proto PROTO [--protoc P] --agent SO
+                        [--gpuprof CLI]
 The environment (LD_LIBRARY_PATH, CUDA_INJECTION64_PATH, GPUPROF_OUTPUT_DIR, ...) comes from
 ctest (tests/lib/GpuprofTest.cmake).
 """
@@ -19,6 +25,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +34,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "trace"))
+sys.path.insert(0, os.path.join(HERE, "..", "pprof"))
+import check_pprof  # noqa: E402
 import check_traces  # noqa: E402
 import validate_trace  # noqa: E402
 
@@ -62,6 +71,27 @@ BASIC_FLOWS = collections.Counter({
     ("main", "cuMemcpyDtoH", "stream 7", "Memcpy DtoH"): 1,
 })
 BASIC_MEMORY = [MIB, MIB + 65536, 65536, 0]
+# The capture's pprof of basic(): {leaf: values} (gpu_time: launches, ns; memcpy: count, ns,
+# bytes). Exact: every launch is counted (GPUPROF_STACKS=all, or GPU-only without stacks).
+COPY_NS = 1500 + MIB // 12
+BASIC_PPROF = {
+    "gpu_time": {"[gpu] k_small": [3, 15000], "[gpu] k_big": [2, 100000],
+                 "[gpu] k_thread": [4, 28000]},
+    "memcpy": {"[gpu] memcpy HtoD": [1, COPY_NS, MIB], "[gpu] memcpy DtoH": [1, COPY_NS, MIB],
+               "[gpu] memset": [1, 1000 + 4096 // 1000, 4096]},
+}
+PROFILE_KINDS = ("gpu_time", "gpu_memory", "memcpy")
+
+# capture_prog memory: 4 MiB allocated before the capture and freed in it; a (1 MiB) allocated
+# and freed in it; b (64 KiB) and c (8 KiB) allocated in it and freed after it.
+MEMORY_ALLOC = [3, MIB + 65536 + 8192]
+MEMORY_INUSE = [2, 65536 + 8192]
+# The trace's counter: on demand it starts at 0 and the free of pre cannot take it below 0
+# (nor can the free of a, after that); in continuous mode it starts at pre's 4 MiB.
+MEMORY_COUNTER = {
+    "ondemand": [MIB, MIB + 65536, 0, 0, 8192],
+    "continuous": [4 * MIB, 5 * MIB, 5 * MIB + 65536, MIB + 65536, 65536, 65536 + 8192],
+}
 
 failures = []
 
@@ -111,7 +141,67 @@ def run(args, prog, env_extra, kill_after_line=None, preload=None):
 
 def traces():
     return sorted(f for f in glob.glob(os.path.join(out_dir(), "gpuprof-*-capture*"))
-                  if not f.endswith(".tmp"))
+                  if not f.endswith((".tmp", ".pb.gz")))
+
+
+def stem_of(trace):
+    for suffix in (".json.gz", ".json", ".pftrace"):
+        if trace.endswith(suffix):
+            return trace[:-len(suffix)]
+    return trace
+
+
+def capture_profiles(trace):
+    """{kind: path} of the capture's profiles found next to the trace."""
+    stem = stem_of(trace)
+    return {k: f"{stem}-{k}.pb.gz" for k in PROFILE_KINDS
+            if os.path.exists(f"{stem}-{k}.pb.gz")}
+
+
+def by_leaf(prof):
+    out = {}
+    for smp in prof["samples"]:
+        vals = out.setdefault(smp["functions"][0], [0] * len(smp["values"]))
+        for i, v in enumerate(smp["values"]):
+            vals[i] += v
+    return out
+
+
+def read_capture_profile(path, kind):
+    """The profile through go tool pprof -raw, with the checks every profile passes."""
+    c = check_pprof.Check()
+    prof = check_pprof.read_profile(path)
+    # A profile without mappings (leaf-only samples) gets an empty, unnamed one from go's
+    # reader; the agent's own mappings always have a file.
+    prof["mappings"] = [m for m in prof["mappings"] if not re.match(r"\d+: 0x0/0x0/0x0\s*$", m)]
+    check_pprof.check_common(c, kind, prof)
+    for f in c.failures:
+        fail(f"{path}: {f}")
+    return prof
+
+
+def check_pprof_values(trace, kinds, want, where, leaf_only=False, memory=None):
+    """The capture's profiles: exactly kinds exist; by leaf they hold want[kind] (memory:
+    the gpu_memory values {leaf: [alloc_objects, alloc_space, inuse_objects, inuse_space]})."""
+    found = capture_profiles(trace)
+    check(sorted(found) == sorted(kinds), f"{where}: profiles {sorted(found)}, expected "
+          f"{sorted(kinds)}")
+    for kind, path in sorted(found.items()):
+        prof = read_capture_profile(path, kind)
+        got = by_leaf(prof)
+        exp = memory if kind == "gpu_memory" else want.get(kind)
+        if exp is not None:
+            if kind == "memcpy":  # copy times are the model's, checked in BASIC_GPU
+                got = {k: [v[0], COPY_NS if k.startswith("[gpu] memcpy") else v[1], v[2]]
+                       for k, v in got.items()}
+            check(got == exp, f"{where}: {kind} by leaf {got}, expected {exp}")
+        for smp in prof["samples"]:
+            if leaf_only:
+                check(len(smp["functions"]) == 1,
+                      f"{where}: {kind}: GPU-only sample with a stack {smp['functions']}")
+            else:
+                check("main" in smp["functions"] or "start_thread" in smp["functions"],
+                      f"{where}: {kind}: sample without its host stack {smp['functions']}")
 
 
 def summary():
@@ -271,16 +361,20 @@ def one_trace(suffix):
 # ---------------------------------------------------------------- cases
 
 def case_basic_json(a):
+    # Every launch with its stack: with sampled stacks a kernel none of whose launches was
+    # sampled is absent from the gpu_time profile (and with it, maybe the whole file).
     rc, out, err = run(["basic"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
-                                           "GPUPROF_TRACE_FORMAT": "json"})
+                                           "GPUPROF_TRACE_FORMAT": "json",
+                                           "GPUPROF_STACKS": "all"})
     check(rc == 0 and "basic: done" in out, f"program exited {rc}")
     path = one_trace(".json")
     if path:
         # The process exited 59 s before the capture's end: its file was finished at exit.
         check_json_basic(path, "start")
     st = summary().get("captures", {})
-    check(st.get("count") == 1 and st.get("last", {}).get("files") == [path] and
-          st["last"].get("truncated") is False, f"summary captures {st}")
+    want = [path] + [f"{stem_of(path)}-{k}.pb.gz" for k in PROFILE_KINDS] if path else None
+    check(st.get("count") == 1 and st.get("last", {}).get("files") == want and
+          st["last"].get("truncated") is False, f"summary captures {st}, files {want}")
 
 
 def case_gzip(a):
@@ -320,6 +414,9 @@ def case_gpu_only_ondemand(a):
         c = check_json_basic(path, "start", gpu_only=True, mode="ondemand")
         if c:
             check(not any(e.get("ph") in ("s", "f") for e in c["events"]), f"{path}: flows")
+        # k_after ran after the window: not in it. GPU-only: no stacks, every record counted.
+        check_pprof_values(path, PROFILE_KINDS, BASIC_PPROF, path, leaf_only=True,
+                           memory={"device": [2, MIB + 65536, 0, 0]})
     s = summary()
     # No API callback was ever enabled, and nothing was collected after the capture.
     check(s["api"] == {"runtime": 0, "driver": 0}, f"summary api {s['api']}")
@@ -379,13 +476,17 @@ def case_own_handler(a):
 
 
 def case_api(a):
-    rc, out, err = run(["api"], a.prog, {"GPUPROF_TRACE_FORMAT": "json"}, preload=a.agent)
+    rc, out, err = run(["api"], a.prog, {"GPUPROF_TRACE_FORMAT": "json",
+                                         "GPUPROF_STACKS": "all"}, preload=a.agent)
     check(rc == 0, f"program exited {rc}")
     check("api: start 0, again -16" in out and "api: stop 0, again -2" in out,
           f"API results: {out!r}")
     path = one_trace(".json")
     if path:
         check_json_basic(path, "api")
+        # k_before and k_after ran outside the window: only basic()'s work is in it.
+        check_pprof_values(path, PROFILE_KINDS, BASIC_PPROF, path,
+                           memory={"cuMemAlloc": [2, MIB + 65536, 0, 0]})
 
 
 def case_api_absent(a):
@@ -393,6 +494,66 @@ def case_api_absent(a):
     check(rc == 0 and "api: not available" in out and "basic: done" in out,
           f"program exited {rc}: {out!r}")
     check(traces() == [], f"a capture was written: {traces()}")
+
+
+def memory_case(a, mode, gpu_only):
+    env = {"GPUPROF_TRACE_FORMAT": "json", "GPUPROF_MODE": mode}
+    if gpu_only:
+        env["GPUPROF_GPU_ONLY"] = "1"
+    rc, out, err = run(["memory"], a.prog, env, preload=a.agent)
+    check(rc == 0 and "memory: start 0" in out and "memory: stop 0" in out,
+          f"program exited {rc}: {out!r}")
+    path = one_trace(".json")
+    if not path or validate(path) is None:
+        return
+    c = content_json(path)
+    check(c["memory"] == MEMORY_COUNTER[mode], f"{path}: memory counter {c['memory']}, "
+          f"expected {MEMORY_COUNTER[mode]}")
+    # Allocated during the capture and live at its end, by the allocating call (GPU-only: by
+    # kind, no stack). pre is in use in neither: freed inside the window.
+    leaf = "device" if gpu_only else "cuMemAlloc"
+    check_pprof_values(path, ["gpu_memory"], {}, path, leaf_only=gpu_only,
+                       memory={leaf: MEMORY_ALLOC + MEMORY_INUSE})
+
+
+def case_memory_ondemand(a):
+    memory_case(a, "ondemand", False)
+
+
+def case_memory_continuous(a):
+    memory_case(a, "continuous", False)
+
+
+def case_memory_gpu_only(a):
+    memory_case(a, "ondemand", True)
+
+
+def case_run_cli(a):
+    """`gpuprof run --output DIR -- prog` with a capture at start: the trace and its three
+    profiles land in DIR, under one stem."""
+    if not check(a.gpuprof, "--gpuprof not given"):
+        return
+    out = os.path.join(os.path.dirname(out_dir()), "run-output")
+    shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ, GPUPROF_CAPTURE_ON_START="60s", GPUPROF_TRACE_FORMAT="json",
+               GPUPROF_STACKS="all")
+    env.pop("CUDA_INJECTION64_PATH", None)  # gpuprof run sets it
+    r = subprocess.run([a.gpuprof, "run", "--output", out, "--", a.prog, "basic"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    sys.stderr.write(r.stderr)
+    check(r.returncode == 0 and "basic: done" in r.stdout, f"gpuprof run exited {r.returncode}")
+    files = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    trace = [f for f in files if f.endswith("-capture.json")]
+    if not check(len(trace) == 1, f"{out}: capture files {files}"):
+        return
+    path = os.path.join(out, trace[0])
+    stem = trace[0][:-len(".json")]
+    check([f for f in files if f.startswith(stem)] ==
+          sorted([trace[0]] + [f"{stem}-{k}.pb.gz" for k in PROFILE_KINDS]),
+          f"{out}: files of the capture {files}")
+    check_json_basic(path, "start")
+    check_pprof_values(path, PROFILE_KINDS, BASIC_PPROF, path,
+                       memory={"cuMemAlloc": [2, MIB + 65536, 0, 0]})
 
 
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
@@ -405,6 +566,7 @@ def main():
     ap.add_argument("--proto", required=True)
     ap.add_argument("--protoc", default="")
     ap.add_argument("--agent", required=True)
+    ap.add_argument("--gpuprof", default="")
     a = ap.parse_args()
     if not a.protoc or a.protoc.endswith("NOTFOUND"):
         a.protoc = shutil.which("protoc")

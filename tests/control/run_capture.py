@@ -17,6 +17,13 @@ with their own GPUPROF_RUN_DIR, then drives them with `gpuprof list`, `gpuprof c
   busy  a second capture while one runs exits 3 (busy) naming the running one; `stop` ends
         the first early, which then prints its file; `capture` with several agents and no
         --pid/--all is a usage error (2); an empty run dir exits 4 naming GPUPROF_RUN_DIR.
+  format  without --format (and GPUPROF_TRACE_FORMAT unset) the format follows the expected
+        size: a first 1 s capture (no rate known yet) writes .json.gz; a 1 h capture of the
+        same workload (thousands of kernels per second: far more JSON than the UI loads) writes
+        .pftrace; with --format json the same 1 h capture writes .json.
+
+Besides its trace, each capture prints the pprof of its window (<stem>-gpu_time.pb.gz: these
+workloads launch kernels only), under the trace's name stem.
 
 Every scenario ends the workloads, checks their exit status and stdout, and that each socket
 file was removed at exit.
@@ -59,6 +66,7 @@ class Workloads:
         self.procs = []
         for i in range(n):
             env = dict(os.environ)
+            env.pop("GPUPROF_TRACE_FORMAT", None)
             env.update({
                 "GPUPROF_MODE": "ondemand",
                 "GPUPROF_RUN_DIR": self.run_dir,
@@ -145,12 +153,22 @@ def validate(args, path, pid):
     return json.loads(r.stdout)
 
 
+def split_files(files):
+    """The printed files: the traces, after checking that each is followed by its profile."""
+    traces = [f for f in files if not f.endswith(".pb.gz")]
+    for t in traces:
+        stem = re.sub(r"\.(json\.gz|json|pftrace)$", "", t)
+        check(stem + "-gpu_time.pb.gz" in files, "%s has no gpu_time profile in %r" % (t, files))
+    check(len(files) == 2 * len(traces), "files other than traces and gpu_time: %r" % files)
+    return traces
+
+
 def capture_files(r, traces):
     files = r.stdout.splitlines()
     for f in files:
         check(f.startswith(traces + "/"), "%s is not in --output %s" % (f, traces))
         check(os.path.getsize(f) > 0, "%s is empty" % f)
-    return files
+    return split_files(files)
 
 
 def stale_socket(run_dir):
@@ -238,7 +256,7 @@ def scenario_busy(args):
         out, err = first.communicate(timeout=WAIT_S)
         print(out, err)
         check(first.returncode == 0, "the stopped capture exited %d" % first.returncode)
-        files = [f for f in out.splitlines() if f]
+        files = split_files([f for f in out.splitlines() if f])
         check(len(files) == 1 and os.path.exists(files[0]), "stopped capture files: %r" % files)
         validate(args, files[0], pid)
 
@@ -250,15 +268,58 @@ def scenario_busy(args):
         w.finish()
 
 
+def long_capture(w, pid, *extra):
+    """A 1 h capture stopped once it runs: its trace file."""
+    env = dict(os.environ, GPUPROF_RUN_DIR=w.run_dir)
+    first = subprocess.Popen([w.args.gpuprof, "capture", "--pid", str(pid), "--duration", "1h",
+                              "--output", w.traces] + list(extra), env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + WAIT_S
+    while "running #" not in list_rows(w.gpuprof("list")).get(pid, ""):
+        check(time.time() < deadline and first.poll() is None, "the capture never ran")
+        time.sleep(0.1)
+    time.sleep(0.5)
+    w.gpuprof("stop", "--pid", str(pid))
+    out, err = first.communicate(timeout=WAIT_S)
+    print(out, err)
+    check(first.returncode == 0, "the stopped capture exited %d" % first.returncode)
+    files = split_files([f for f in out.splitlines() if f])
+    check(len(files) == 1, "capture files: %r" % files)
+    return files[0]
+
+
+def scenario_format(args):
+    w = Workloads(args, 1)
+    pid = w.pids()[0]
+    try:
+        r = w.gpuprof("capture", "--pid", str(pid), "--duration", "1s", "--output", w.traces)
+        files = capture_files(r, w.traces)
+        check(len(files) == 1 and files[0].endswith(".json.gz"), "first capture: %r" % files)
+        s = validate(args, files[0], pid)
+        meta = s["metadata"]
+        check(int(meta.get("trace_format_auto", 0)) == 1 and
+              int(meta.get("expected_gpu_records", -1)) == 0,
+              "first capture's format metadata: %r" % meta)
+        path = long_capture(w, pid)
+        check(path.endswith(".pftrace"), "1 h capture without --format wrote %s" % path)
+        path = long_capture(w, pid, "--format", "json")
+        check(path.endswith(".json"), "1 h capture with --format json wrote %s" % path)
+        s = validate(args, path, pid)
+        check("trace_format_auto" not in s["metadata"], "--format json: %r" % s["metadata"])
+    finally:
+        w.finish()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scenario", choices=["pid", "all", "busy"], required=True)
+    ap.add_argument("--scenario", choices=["pid", "all", "busy", "format"], required=True)
     ap.add_argument("--gpuprof", required=True)
     ap.add_argument("--workload", required=True)
     ap.add_argument("--validator", required=True)
     args = ap.parse_args()
     try:
-        {"pid": scenario_pid, "all": scenario_all, "busy": scenario_busy}[args.scenario](args)
+        {"pid": scenario_pid, "all": scenario_all, "busy": scenario_busy,
+         "format": scenario_format}[args.scenario](args)
     except Failed as e:
         print("FAILED: %s" % e)
         return 1

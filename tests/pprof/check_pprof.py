@@ -7,7 +7,8 @@ Usage (from ctest; tests/lib/GpuprofTest.cmake sets the agent's environment):
 
 Stacks are compared by function name, leaf first, up to and including `main`; the frames
 beyond it belong to the C library. Samples with the same chain are summed (one call site per
-loop, but two call sites in one function are two stacks).
+loop, but two call sites in one function are two stacks). The python cases compare the Python
+frames of each stack by (function, line), the lines found by markers in the program's source.
 """
 
 import argparse
@@ -47,7 +48,7 @@ class Check:
             self.failures.append(what)
 
 
-LOC_RE = re.compile(r"^\s*(\d+): (0x[0-9a-f]+)(?: M=(\d+))?(?: (.*) (\S*):(-?\d+) s=(-?\d+))?\s*$")
+LOC_RE = re.compile(r"^\s*(\d+): (0x[0-9a-f]+)(?: M=(\d+))?(?: (.*) (\S*):(-?\d+) s=(-?\d+)(?:\(.*\))?)?\s*$")
 SAMPLE_RE = re.compile(r"^\s*((?:-?\d+\s+)+)-?\d+: ([\d ]*)$")
 
 
@@ -68,7 +69,8 @@ def read_profile(path):
                        capture_output=True, text=True, env=go_env(), timeout=120)
     if r.returncode != 0:
         raise AssertionError(f"go tool pprof -raw {path} failed ({r.returncode}): {r.stderr}")
-    prof = {"path": path, "comments": [], "samples": [], "locations": {}, "mappings": []}
+    prof = {"path": path, "comments": [], "samples": [], "locations": {}, "mappings": [],
+            "mapping_paths": {}}
     section = "header"
     raw_samples = []
     for line in r.stdout.splitlines():
@@ -112,6 +114,8 @@ def read_profile(path):
                 "function": m.group(4), "file": m.group(5), "line": int(m.group(6) or 0)}
         elif section == "mappings" and line.strip():
             prof["mappings"].append(line)
+            fields = line.split()
+            prof["mapping_paths"][int(fields[0].rstrip(":"))] = fields[2] if len(fields) > 2 else ""
     for s in raw_samples:
         s["functions"] = [prof["locations"][i]["function"] for i in s["locs"]]
         prof["samples"].append(s)
@@ -295,6 +299,119 @@ def case_unwritable(c, r, pid):
         c.true("the warning names GPUPROF_OUTPUT_DIR", "GPUPROF_OUTPUT_DIR" in lines[0])
 
 
+def python_sites(script):
+    """{site name: line} from the `# site:NAME` markers of the Python test program."""
+    with open(script) as f:
+        return {m.group(1): n for n, text in enumerate(f, 1)
+                for m in [re.search(r"# site:(\w+)\s*$", text)] if m}
+
+
+def python_stacks(c, prof, script):
+    """{(leaf, ((function, line), ...)): summed values}, Python frames leaf first. Checks each
+    stack's shape: only the API's own library and ctypes/libffi between the leaf and the first
+    Python frame, every Python frame from the script, none interleaved with native frames."""
+    out = {}
+    for s in prof["samples"]:
+        locs = [prof["locations"][i] for i in s["locs"]]
+        names = s["functions"]
+        py = [i for i, l in enumerate(locs) if l["mapping"] == 0 and l["file"]]
+        for i in py:
+            c.eq(f"{prof['path']}: file of Python frame {names[i]} in {names}",
+                 os.path.realpath(locs[i]["file"]), os.path.realpath(script))
+        c.eq(f"{prof['path']}: Python frames of {names} are contiguous",
+             py, list(range(py[0], py[0] + len(py))) if py else [])
+        if py:
+            for l in locs[1:py[0]]:
+                lib = os.path.basename(prof["mapping_paths"].get(l["mapping"], ""))
+                c.true(f"{prof['path']}: native frame {l['function']} ({lib}) between the leaf "
+                       f"and the Python frames of {names}",
+                       lib.startswith(("libffi", "_ctypes", "libcudart")))
+        key = (names[0], tuple((names[i], locs[i]["line"]) for i in py))
+        vals = out.setdefault(key, [0] * len(s["values"]))
+        for i, v in enumerate(s["values"]):
+            vals[i] += v
+    return out
+
+
+def case_python(c, r, pid):
+    script = next(a for a in r.args if a.endswith(".py"))
+    line = python_sites(script)
+    module = ("<module>", line["module"])
+    # Frames are named by co_qualname from 3.11 on, by co_name before (the method alone).
+    ver = re.search(r"Python (\d+)\.(\d+)", r.stdout)
+    method = (lambda q: q) if ver and (int(ver[1]), int(ver[2])) >= (3, 11) else \
+        (lambda q: q.split(".")[-1])
+
+    def load_all(kind):
+        """The run's windows of one kind in time order (normally one; two if it straddled
+        a window boundary)."""
+        files = profile_files(pid, kind)
+        c.true(f"{kind}: no profile written", files)
+        profs = [read_profile(f) for f in files]
+        for p in profs:
+            check_common(c, kind, p)
+        return profs
+
+    # Allocations: alloc_* summed over the windows, inuse_* as of the last one.
+    got = {}
+    profs = load_all("gpu_memory")
+    for n, prof in enumerate(profs):
+        for key, vals in python_stacks(c, prof, script).items():
+            acc = got.setdefault(key, [0, 0, 0, 0])
+            acc[0] += vals[0]
+            acc[1] += vals[1]
+            if n == len(profs) - 1:
+                acc[2:] = vals[2:]
+    expect_values(c, "gpu_memory", got, {
+        ("cudaMalloc", ((method("KVCache.grow"), line["cache_grow"]),
+                        (method("KVCache.__init__"), line["cache_init"]),
+                        ("main", line["main_cache"]), module)): [3, 3 * MIB, 3, 3 * MIB],
+        ("cuMemAlloc", (("scratch", line["scratch"]), ("main", line["main_scratch"]),
+                        module)): [2, 2 * 8192, 0, 0],
+        # CDLL released the GIL: the native stack alone, no Python frame.
+        ("cudaMalloc", ()): [1, 4096, 1, 4096],
+    })
+    for prof in profs:
+        for s in prof["samples"]:
+            if s["functions"][0] == "cudaMalloc" and not any(
+                    prof["locations"][i]["file"] for i in s["locs"][1:]):
+                c.true(f"gpu_memory: the GIL-released stack {s['functions']} shows the "
+                       f"interpreter's native frames", "_PyEval_EvalFrameDefault" in s["functions"])
+
+    got = {}
+    for prof in load_all("gpu_time"):
+        for key, vals in python_stacks(c, prof, script).items():
+            acc = got.setdefault(key, [0, 0])
+            acc[0] += vals[0]
+            acc[1] += vals[1]
+    launch = ("launch", line["launch"])
+    expect_values(c, "gpu_time", got, {
+        ("[gpu] py_prefill_kernel", (launch, ("prefill", line["prefill"]),
+                                     ("main", line["main_prefill"]), module)): [1, 7000],
+        ("[gpu] py_decode_kernel", (launch, ("decode_step", line["decode_step"]),
+                                    ("generate", line["generate"]),
+                                    ("main", line["main_generate"]), module)): [3, 3 * 5000],
+    })
+    c.eq("memcpy: files", profile_files(pid, "memcpy"), [])
+
+
+def case_python_display(c, r, pid):
+    """The Python names as `go tool pprof -traces` shows them, after its default symbolization
+    (which demangles: a function whose system_name equals its name and contains '<' is taken
+    for demangled C++ and loses its '<...>', so `<module>` would show as `<unknown>`)."""
+    files = profile_files(pid, "gpu_memory")
+    c.true("gpu_memory: no profile written", files)
+    want = ["KVCache.grow", "KVCache.__init__", "main", "<module>"]
+    for path in files:
+        t = subprocess.run(["go", "tool", "pprof", "-traces", "-sample_index=alloc_space", path],
+                           capture_output=True, text=True, env=go_env(), timeout=120)
+        c.eq(f"go tool pprof -traces {path}: exit status", t.returncode, 0)
+        traces = [[l.split()[-1] for l in block.splitlines() if l.strip()]
+                  for block in t.stdout.split("-----------+")[1:]]
+        c.true(f"-traces shows the chain {want} ({path}):\n{t.stdout}",
+               any(tr[i:i + len(want)] == want for tr in traces for i in range(len(tr))))
+
+
 def case_builder(c, argv):
     out = os.path.join(os.environ.get("E2E_WORKDIR", "/tmp"), "builder.pb.gz")
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -320,7 +437,8 @@ def case_builder(c, argv):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True,
-                    choices=["basic", "windows", "sampled", "none", "unwritable", "builder"])
+                    choices=["basic", "windows", "sampled", "none", "unwritable", "builder",
+                             "python", "python_display"])
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
@@ -336,7 +454,7 @@ def main():
         sys.stderr.write(stderr)
         r = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
         c.eq("exit status", r.returncode, 0)
-        c.true("the program finished its work", "pprof_work: done" in r.stdout)
+        c.true("the program finished its work", re.search(r"^pprof_\w+: done", r.stdout, re.M))
         globals()["case_" + a.case](c, r, proc.pid)
         leftovers = glob.glob(os.path.join(out_dir, "*.tmp"))
         c.eq("temporary files left behind", leftovers, [])

@@ -31,17 +31,19 @@ static int build(struct pprof_builder *b)
   pprof_builder_set_time(b, 1700000000000000000ll, 15000000000ll);
   map = pprof_builder_add_mapping(b, &m);
   CHECK(map == 1);
-  f_main = pprof_builder_function(b, "main", "prog.c", 10);
-  f_work = pprof_builder_function(b, "work", "prog.c", 20);
+  f_main = pprof_builder_function(b, "main", "main", "prog.c", 10);
+  f_work = pprof_builder_function(b, "work", "work", "prog.c", 20);
   CHECK(f_main == 1 && f_work == 2);
-  CHECK(pprof_builder_function(b, "main", "prog.c", 10) == f_main); /* interned */
-  CHECK(pprof_builder_function(b, "main", "other.c", 10) == 3);     /* another file */
+  CHECK(pprof_builder_function(b, "main", "main", "prog.c", 10) == f_main); /* interned */
+  CHECK(pprof_builder_function(b, "main", "main", "other.c", 10) == 3);     /* another file */
   l_main = pprof_builder_location(b, map, 0x401000, f_main, 12);
   l_work = pprof_builder_location(b, map, 0x402000, f_work, 22);
   CHECK(l_main == 1 && l_work == 2);
   CHECK(pprof_builder_location(b, map, 0x401000, f_main, 12) == l_main);
-  l_k1 = pprof_builder_location(b, 0, 0, pprof_builder_function(b, "[gpu] k1", NULL, 0), 0);
-  l_k2 = pprof_builder_location(b, 0, 0, pprof_builder_function(b, "[gpu] k2", NULL, 0), 0);
+  l_k1 = pprof_builder_location(b, 0, 0, pprof_builder_function(b, "[gpu] k1", "[gpu] k1", NULL, 0),
+                                0);
+  l_k2 = pprof_builder_location(b, 0, 0, pprof_builder_function(b, "[gpu] k2", "[gpu] k2", NULL, 0),
+                                0);
   CHECK(l_k1 == 3 && l_k2 == 4);
   CHECK(pprof_builder_location(b, 7, 0, f_main, 0) == 0); /* no such mapping */
   s1[0] = l_k1;

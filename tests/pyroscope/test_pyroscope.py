@@ -324,14 +324,44 @@ def scenario_rejected(a, work):
     check("HTTP 401" in rej[0] and "X-Scope-OrgID" in rej[0], f"no status/message: {rej[0]}")
 
 
+def check_disabled_on_thread(stats, count):
+    """The upload thread gave up before sending anything (it checks the URL and loads libcurl
+    itself, after uploader_start returned): profiles submitted before that were dropped and
+    counted, later ones refused; which of the two each one got depends on timing."""
+    eq("stats", {k: stats[k] for k in ("enabled", "sent", "failed", "retried", "stop_ret")},
+       {"enabled": 1, "sent": 0, "failed": 0, "retried": 0, "stop_ret": 0})
+    eq("dropped == submitted", stats["dropped"], stats["submitted"])
+    eq("submitted + refused", stats["submitted"] + stats["submit_errors"], count)
+
+
 def scenario_bad_url(a, work):
     env = {"GPUPROF_PYROSCOPE_URL": "http://"}
     stats, stderr, _ = run_driver(a.driver, env, 3, 0)
-    eq("stats", {k: stats[k] for k in ("enabled", "submitted", "submit_errors", "stop_ret")},
-       {"enabled": 0, "submitted": 0, "submit_errors": 3, "stop_ret": 0})
+    check_disabled_on_thread(stats, 3)
     bad = [l for l in stderr if "GPUPROF_PYROSCOPE_URL='http://'" in l]
     eq("bad URL lines", len(bad), 1)
-    check("uploads are off" in bad[0], bad[0])
+    check("not a URL libcurl can parse" in bad[0] and "uploads are off" in bad[0], bad[0])
+    eq("stderr lines", len(stderr), 1)
+
+
+def scenario_no_libcurl(a, work):
+    """GPUPROF_TEST_CURL_PATH names a library that does not exist: one line naming it,
+    libcurl.so.4 and the Debian package; nothing is sent, nothing crashes."""
+    missing = os.path.join(work, "no-such-dir", "libcurl.so.4")
+    r = Receiver(work, 0)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}",
+               "GPUPROF_TEST_CURL_PATH": missing}
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    finally:
+        r.stop()
+    eq("requests received", r.records(), [])
+    check_disabled_on_thread(stats, 3)
+    eq("stderr lines", len(stderr), 1)
+    for text in (missing, "libcurl.so.4", "package libcurl4", "uploads are off"):
+        check(text in stderr[0], f"the line does not say {text!r}: {stderr[0]}")
 
 
 def scenario_bad_values(a, work):
@@ -381,6 +411,7 @@ def main():
         "rejected": lambda: scenario_rejected(a, work),
         "bad_url": lambda: scenario_bad_url(a, work),
         "bad_values": lambda: scenario_bad_values(a, work),
+        "no_libcurl": lambda: scenario_no_libcurl(a, work),
     }
     try:
         table[a.scenario]()

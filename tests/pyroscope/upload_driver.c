@@ -96,8 +96,9 @@ static int build(unsigned i, uint64_t start_ns, uint64_t dur_ns, uint8_t **out, 
   }
   pprof_builder_set_time(b, (int64_t)start_ns, (int64_t)dur_ns);
   snprintf(leaf, sizeof(leaf), "window_%u", i);
-  locs[0] = pprof_builder_location(b, 0, 0, pprof_builder_function(b, leaf, "", 0), 0);
-  locs[1] = pprof_builder_location(b, 0, 0, pprof_builder_function(b, "main", "driver.c", 1), 0);
+  locs[0] = pprof_builder_location(b, 0, 0, pprof_builder_function(b, leaf, leaf, "", 0), 0);
+  locs[1] =
+      pprof_builder_location(b, 0, 0, pprof_builder_function(b, "main", "main", "driver.c", 1), 0);
   ret = pprof_builder_add_sample(b, locs, 2, values, 2, &label, 1);
   if (!ret)
     ret = pprof_builder_encode(b, -1, out, len);

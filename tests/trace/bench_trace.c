@@ -12,7 +12,7 @@
 #include "export/trace.h"
 
 /*
- * bench_trace [--events N] [--dir DIR]
+ * bench_trace [--events N] [--dir DIR] [--format json|json.gz|pftrace]
  *
  * For each format, writes N kernels (realistic mangled names from a set of 64, launch
  * configurations from a set of 16, 4 streams on 2 GPUs) and N launch API calls with flows,
@@ -118,7 +118,7 @@ static int run(enum trace_format fmt, const char *path, long n, int with_api, st
 int main(int argc, char **argv)
 {
   long n = 1000000;
-  const char *dir = "/tmp";
+  const char *dir = "/tmp", *only = NULL;
   static const struct {
     enum trace_format fmt;
     const char *name;
@@ -131,8 +131,10 @@ int main(int argc, char **argv)
       n = atol(argv[++i]);
     else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
       dir = argv[++i];
+    else if (!strcmp(argv[i], "--format") && i + 1 < argc)
+      only = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_trace [--events N] [--dir DIR]\n");
+      fprintf(stderr, "usage: bench_trace [--events N] [--dir DIR] [--format F]\n");
       return 2;
     }
   }
@@ -140,6 +142,8 @@ int main(int argc, char **argv)
   printf("%-8s %-13s %14s %12s %14s\n", "format", "content", "events/s/core", "B/kernel",
          "file bytes");
   for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
+    if (only && strcmp(only, fmts[f].name))
+      continue;
     for (int with_api = 0; with_api < 2; with_api++) {
       char path[4096];
       struct result r;

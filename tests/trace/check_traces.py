@@ -97,12 +97,13 @@ def expected(log):
             end = overlap_a["start"]
         s = {"pid": gpu_pid(e["device"]), "tid": e["stream"], "start": start, "end": end,
              "corr": e["corr"]}
-        args = {"correlation": e["corr"], "device": e["device"], "stream": e["stream"]}
+        # The device is the slice's process, not an argument; zero shared memory is left out.
+        args = {"correlation": e["corr"], "stream": e["stream"], "device": None}
         if e["kind"] == 1:
             s["name"] = KERNEL_NAMES[e["kernel"]]
             s["cat"] = "kernel"
-            args.update(grid=e["grid"], block=e["block"], registers=e["registers"],
-                        shared_mem=e["shared_mem"])
+            args.update(grid=e["grid"], block=e["block"], regs=e["registers"],
+                        smem=e["shared_mem"] or None)
         elif e["kind"] == 2:
             s["name"] = COPY_NAMES[e["copy_kind"]]
             s["cat"] = "gpu_memcpy"
@@ -305,56 +306,105 @@ def decode_pftrace(path, proto, protoc):
 
 
 def rebuild(trace, path):
-    """Packets -> tracks, slices, flows, counters, metadata instants."""
-    names, strings, ann_names = {}, {}, {}
+    """Packets -> tracks, slices, flows, counters, metadata instants.
+
+    Applies the importer's sequence rules: interned names, categories, annotation names and
+    strings, trace_packet_defaults (timestamp clock, default track) and incremental clocks are
+    scoped to a trusted_packet_sequence_id and reset by SEQ_INCREMENTAL_STATE_CLEARED; a
+    timestamp on an incremental clock is a delta from the previous one on that clock (the
+    first from the clock snapshot's reading), converted through the snapshot's REALTIME pair.
+    """
+    seqs = {}
     tracks = {}
     open_ = collections.defaultdict(list)
     slices = collections.defaultdict(list)  # uuid -> [(name, start, end, ev)]
     counters = collections.defaultdict(list)
     instants = []
     seq_ok = True
+    stats = {"delta": 0, "absolute": 0}
+
+    def fresh():
+        return {"names": {}, "strings": {}, "ann_names": {}, "cats": {}, "clock": None,
+                "track": None, "inc": {}, "offset": {}}
+
     packets = trace.get("packet", [])
     for i, p in enumerate(packets):
-        if one(p, "trusted_packet_sequence_id") != 1:
+        seq = one(p, "trusted_packet_sequence_id")
+        if not seq:
             seq_ok = False
         if i == 0:
-            check(one(p, "sequence_flags") == 1 and one(p, "first_packet_on_sequence") == "true",
-                  f"{path}: first packet does not clear the incremental state")
+            check(seq == 1 and one(p, "sequence_flags") == 1
+                  and one(p, "first_packet_on_sequence") == "true",
+                  f"{path}: first packet does not clear the incremental state of sequence 1")
             check(one(one(p, "trace_packet_defaults", {}), "timestamp_clock_id") == 1,
                   f"{path}: sequence clock is not REALTIME")
             clocks = {one(c, "clock_id") for c in one(p, "clock_snapshot", {}).get("clocks", [])}
             check(clocks == {1, 6}, f"{path}: clock snapshot has clocks {clocks}")
+        if (one(p, "sequence_flags", 0) & 1) or seq not in seqs:
+            check(one(p, "sequence_flags", 0) & 1,
+                  f"{path}: sequence {seq} used before its state was cleared")
+            seqs[seq] = fresh()
+        st = seqs[seq]
+        for d in p.get("trace_packet_defaults", []):
+            st["clock"] = one(d, "timestamp_clock_id", st["clock"])
+            ted = one(d, "track_event_defaults")
+            if ted is not None:
+                st["track"] = one(ted, "track_uuid")
         for idata in p.get("interned_data", []):
-            for n in idata.get("event_names", []):
-                check(one(n, "iid") not in names, f"{path}: event name iid reused")
-                names[one(n, "iid")] = one(n, "name")
-            for n in idata.get("debug_annotation_string_values", []):
-                strings[one(n, "iid")] = one(n, "str")
-            for n in idata.get("debug_annotation_names", []):
-                ann_names[one(n, "iid")] = one(n, "name")
+            for key, table, field in (("event_names", "names", "name"),
+                                      ("debug_annotation_string_values", "strings", "str"),
+                                      ("debug_annotation_names", "ann_names", "name"),
+                                      ("event_categories", "cats", "name")):
+                for n in idata.get(key, []):
+                    check(one(n, "iid") not in st[table],
+                          f"{path}: sequence {seq}: {key} iid {one(n, 'iid')} defined twice")
+                    st[table][one(n, "iid")] = one(n, field)
+        for snap in p.get("clock_snapshot", []):
+            real = next((one(c, "timestamp") for c in snap.get("clocks", [])
+                         if one(c, "clock_id") == 1), None)
+            for c in snap.get("clocks", []):
+                cid = one(c, "clock_id")
+                if cid >= 64:
+                    check(one(c, "is_incremental") == "true" and real is not None,
+                          f"{path}: sequence {seq}: clock {cid} not incremental against REALTIME")
+                    st["inc"][cid] = one(c, "timestamp")
+                    st["offset"][cid] = (real or 0) - one(c, "timestamp")
         for d in p.get("track_descriptor", []):
             tracks[one(d, "uuid")] = d
         for ev in p.get("track_event", []):
-            uuid = one(ev, "track_uuid")
+            uuid = one(ev, "track_uuid", st["track"])
             check(uuid in tracks, f"{path}: event on undescribed track {uuid}")
             name = one(ev, "name")
             if name is None and one(ev, "name_iid") is not None:
-                name = names.get(one(ev, "name_iid"))
-                check(name is not None, f"{path}: name iid {one(ev, 'name_iid')} not interned")
+                name = st["names"].get(one(ev, "name_iid"))
+                check(name is not None, f"{path}: sequence {seq}: name iid "
+                      f"{one(ev, 'name_iid')} not interned")
+            cats = [st["cats"].get(c) for c in ev.get("category_iids", [])]
+            check(None not in cats, f"{path}: sequence {seq}: category iid not interned")
             ts = one(p, "timestamp")
+            clock = one(p, "timestamp_clock_id", st["clock"])
+            if clock is not None and clock >= 64:
+                check(clock in st["inc"], f"{path}: sequence {seq}: clock {clock} undefined")
+                st["inc"][clock] = st["inc"].get(clock, 0) + ts
+                ts = st["inc"][clock] + st["offset"].get(clock, 0)
+                stats["delta"] += 1
+            else:
+                check(clock in (None, 1), f"{path}: timestamp on clock {clock}")
+                stats["absolute"] += 1
             typ = one(ev, "type")
             args = {}
             for a in ev.get("debug_annotations", []):
-                an = one(a, "name") or ann_names.get(one(a, "name_iid"))
+                an = one(a, "name") or st["ann_names"].get(one(a, "name_iid"))
                 if one(a, "string_value_iid") is not None:
-                    val = strings.get(one(a, "string_value_iid"))
+                    val = st["strings"].get(one(a, "string_value_iid"))
+                    check(val is not None, f"{path}: sequence {seq}: string iid not interned")
                 else:
                     val = next((one(a, k) for k in ("uint_value", "int_value", "double_value",
                                                     "string_value") if k in a), None)
                 args[an] = val
             rec = {"name": name, "ts": ts, "flow": ev.get("flow_ids", []),
                    "term": ev.get("terminating_flow_ids", []), "args": args,
-                   "corr": one(ev, "correlation_id")}
+                   "corr": one(ev, "correlation_id"), "cat": ",".join(cats)}
             if typ == "TYPE_SLICE_BEGIN":
                 open_[uuid].append(rec)
             elif typ == "TYPE_SLICE_END":
@@ -366,7 +416,8 @@ def rebuild(trace, path):
                 counters[uuid].append((ts, one(ev, "counter_value")))
             elif typ == "TYPE_INSTANT":
                 instants.append(rec)
-    check(seq_ok, f"{path}: packet without trusted_packet_sequence_id 1")
+    check(seq_ok, f"{path}: packet without a trusted_packet_sequence_id")
+    rebuild.stats = stats
     return tracks, slices, counters, instants, open_
 
 
@@ -393,7 +444,7 @@ def json_track_of(tracks, uuid):
     return None
 
 
-def check_pftrace(path, json_events, proto, protoc, stats):
+def check_pftrace(path, json_events, proto, protoc, stats, log):
     trace = decode_pftrace(path, proto, protoc)
     if trace is None:
         return
@@ -405,22 +456,37 @@ def check_pftrace(path, json_events, proto, protoc, stats):
     for uuid, lst in slices.items():
         jt = json_track_of(tracks, uuid)
         check(jt is not None, f"{path}: unexpected track {one(tracks[uuid], 'name')}")
-        for name, s, e, _ in lst:
-            got[(jt, name, s, e)] += 1
+        for name, s, e, b in lst:
+            got[(jt, name, s, e, b["cat"], b["corr"] or 0)] += 1
     want = collections.Counter()
     for e in json_events:
         if e["ph"] == "X":
             s = BASE + ns_of(e["ts"])
-            want[((e["pid"], e["tid"]), e["name"], s, s + ns_of(e["dur"]))] += 1
+            want[((e["pid"], e["tid"]), e["name"], s, s + ns_of(e["dur"]), e["cat"],
+                  e["args"].get("correlation", 0))] += 1
     check(got == want, f"{path}: slices differ from the JSON: missing "
           f"{list((want - got).items())[:5]}, extra {list((got - want).items())[:5]}")
 
-    # Kernel launch arguments are one interned string.
+    # Timestamps are deltas on the tracks' incremental clocks except for the two metadata
+    # instants and five slice packets earlier than the last one on their track: the late
+    # overlapping kernel C (BEGIN and clamped END), the outer cudaMemcpy (BEGIN; written after
+    # its inner driver call) and cudaGetDevice, clamped to the base (BEGIN and END).
+    st = rebuild.stats
+    check(st["absolute"] == 7 and st["delta"] == 198,
+          f"{path}: {st['absolute']} absolute and {st['delta']} delta-encoded timestamps")
+
+    # Kernel launch arguments are one interned string, exactly the submitted configuration.
     for uuid, lst in slices.items():
         for name, s, e, b in lst:
             if name in KERNEL_NAMES:
-                check(str(b["args"].get("launch", "")).startswith("grid ["),
-                      f"{path}: kernel {name!r} launch annotation {b['args']}")
+                launch = str(b["args"].get("launch", ""))
+                k = next((k for k in log if k["type"] == "gpu" and k["kind"] == 1
+                          and k["corr"] == b["corr"]), None)
+                want_l = k and ("grid [%d,%d,%d] block [%d,%d,%d] registers %d shared_mem %d"
+                                % tuple(k["grid"] + k["block"] + [k["registers"],
+                                                                  k["shared_mem"]]))
+                check(launch == want_l, f"{path}: kernel {name!r} launch {launch!r}, "
+                      f"expected {want_l!r}")
 
     # Flows: same pairs as the JSON.
     fstart, fend = {}, {}
@@ -560,7 +626,7 @@ def main():
     if a.protoc:
         if ev_json is not None:
             check_pftrace(os.path.join(a.outdir, "fixture.pftrace"), ev_json, a.proto, a.protoc,
-                          stats["fixture.pftrace"])
+                          stats["fixture.pftrace"], log)
     else:
         fail("protoc not found: install the Debian package protobuf-compiler")
     for suffix in (".json", ".json.gz", ".pftrace"):
