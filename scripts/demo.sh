@@ -34,12 +34,14 @@ for s in "${samples[@]}"; do
   echo
   echo "---- samples/$s under gpuprof ----"
   # A trace of the whole run (the capture ends with the process), plus the pprof windows the
-  # agent writes in its default continuous mode (the last, partial one at exit).
-  LD_LIBRARY_PATH=$libpath GPUPROF_CAPTURE_ON_START=60s \
+  # agent writes in its default continuous mode (the last, partial one at exit). The samples
+  # launch only a few kernels: take a stack for every launch (the default samples 1 in 16,
+  # which can leave a short run with no sampled launch and so no GPU-time profile).
+  LD_LIBRARY_PATH=$libpath GPUPROF_CAPTURE_ON_START=60s GPUPROF_STACK_SAMPLE_EVERY=1 \
     build/bin/gpuprof run --output "$out" --log info -- "build/samples/$s"
 done
 
-list() {  # list <glob> <what>
+list() {  # list <glob> <what> [optional]
   local f found=0
   for f in "$out"/$1; do
     [[ -e $f ]] || continue
@@ -47,13 +49,13 @@ list() {  # list <glob> <what>
     found=1
     echo "    $f"
   done
-  ((found)) || echo "  $2: none written (see the messages above)"
+  ((found)) || [[ -n ${3:-} ]] || echo "  $2: none written (see the messages above)"
 }
 
 echo
 echo "demo: outputs in $out"
 list '*-capture.json*' "traces (Chrome/Perfetto JSON)"
-list '*-capture.pftrace' "traces (native Perfetto)"
+list '*-capture.pftrace' "traces (native Perfetto)" optional
 list '*.pb.gz' "pprof profiles (GPU time, GPU memory, memcpy by host stack)"
 list '*-summary.json' "capture summaries"
 cat <<MSG
