@@ -813,6 +813,32 @@ static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *
   return gpuprof__perfetto__event_packet__pack(bp, p + 2);
 }
 
+/*
+ * The fields every SLICE_BEGIN packet of a GPU slice sets, for the two generated packet types
+ * that carry one (protobuf-c structs share no type): sequence, timestamp on the track's
+ * incremental clock, interned data, category, name (interned when niid), correlation id.
+ */
+#define FILL_BEGIN(pkt, body)                                                                      \
+  do {                                                                                             \
+    (pkt).trusted_packet_sequence_id = (uint32_t)t->uuid + 1;                                      \
+    SET_TS(pkt, clock, s->start);                                                                  \
+    (pkt).interned_data = inp;                                                                     \
+    (pkt).track_event = &(body);                                                                   \
+    (body).type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;                          \
+    (body).n_category_iids = 1;                                                                    \
+    (body).category_iids = &cat;                                                                   \
+    if (niid) {                                                                                    \
+      (body).has_name_iid = 1;                                                                     \
+      (body).name_iid = niid;                                                                      \
+    } else {                                                                                       \
+      (body).name = name;                                                                          \
+    }                                                                                              \
+    if (s->corr_id) {                                                                              \
+      (body).has_correlation_id = 1;                                                               \
+      (body).correlation_id = s->corr_id;                                                          \
+    }                                                                                              \
+  } while (0)
+
 static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct trace_slice *s)
 {
   const struct trace_gpu_slice *g = s->gpu;
@@ -885,23 +911,7 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
     gpuprof__perfetto__kernel_packet__init(&kp);
     gpuprof__perfetto__kernel_body__init(&kb);
     gpuprof__perfetto__launch_annotation__init(&la);
-    kp.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
-    SET_TS(kp, clock, s->start);
-    kp.interned_data = inp;
-    kp.track_event = &kb;
-    kb.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
-    kb.n_category_iids = 1;
-    kb.category_iids = &cat;
-    if (niid) {
-      kb.has_name_iid = 1;
-      kb.name_iid = niid;
-    } else {
-      kb.name = name;
-    }
-    if (s->corr_id) {
-      kb.has_correlation_id = 1;
-      kb.correlation_id = s->corr_id;
-    }
+    FILL_BEGIN(kp, kb);
     if (s->flow_in) {
       kb.n_terminating_flow_ids = 1;
       kb.terminating_flow_ids = &flow;
@@ -921,23 +931,7 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
 
     gpuprof__perfetto__event_packet__init(&bp);
     gpuprof__perfetto__event_body__init(&be);
-    bp.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
-    SET_TS(bp, clock, s->start);
-    bp.interned_data = inp;
-    bp.track_event = &be;
-    be.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
-    be.n_category_iids = 1;
-    be.category_iids = &cat;
-    if (niid) {
-      be.has_name_iid = 1;
-      be.name_iid = niid;
-    } else {
-      be.name = name;
-    }
-    if (s->corr_id) {
-      be.has_correlation_id = 1;
-      be.correlation_id = s->corr_id;
-    }
+    FILL_BEGIN(bp, be);
     if (s->flow_out) {
       be.n_flow_ids = 1;
       be.flow_ids = &flow;
