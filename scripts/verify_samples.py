@@ -86,9 +86,12 @@ def load_summary(outdir):
 class PprofReader:
     """Decodes pprof files with python3-protobuf and the project's own profile.proto."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, desc=None):
         self.error = None
         self.mod = None
+        if desc and os.path.exists(desc):
+            self.from_descriptor_set(desc)
+            return
         proto_dir = os.path.join(ROOT, "export", "proto")
         out = os.path.join(workdir, "pyproto")
         os.makedirs(out, exist_ok=True)
@@ -109,6 +112,30 @@ class PprofReader:
                           "python3-protobuf: run it with /usr/bin/python3 on Debian")
             return
         self.mod = profile_pb2
+
+    def from_descriptor_set(self, desc):
+        """The schema compiled by protoc elsewhere (a GPU bundle's share/profile.desc): needs no
+        protoc here and no generated code, which a newer protobuf runtime may refuse."""
+        try:
+            from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+        except ImportError as e:
+            self.error = f"no python protobuf ({e}); run the checker with a python3 that has it"
+            return
+        try:
+            with open(desc, "rb") as f:
+                fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+            pool = descriptor_pool.DescriptorPool()
+            for fd in fds.file:
+                pool.AddSerializedFile(fd.SerializeToString())
+            d = pool.FindMessageTypeByName("perftools.profiles.Profile")
+            if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.21
+                cls = message_factory.GetMessageClass(d)
+            else:
+                cls = message_factory.MessageFactory(pool).GetPrototype(d)
+        except Exception as e:  # any protobuf version's error: report it as the reader's
+            self.error = f"cannot load the pprof schema from {desc}: {e}"
+            return
+        self.mod = type("ProfileModule", (), {"Profile": cls})
 
     def read(self, path):
         with open(path, "rb") as f:
@@ -625,7 +652,9 @@ def main(argv=None):
         if n not in spec:
             ap.error(f"--samples: {n} is not in {a.expectations}")
     os.makedirs(a.work, exist_ok=True)
-    reader = PprofReader(tempfile.mkdtemp(prefix="pyproto-", dir=a.work))
+    # A GPU bundle (scripts/gpu-bundle.sh) brings the schema compiled; a build compiles it here.
+    reader = PprofReader(tempfile.mkdtemp(prefix="pyproto-", dir=a.work),
+                         desc=os.path.join(a.build, "share", "profile.desc"))
     env_base = dict(os.environ)
 
     rows, results, failed = [], [], False
