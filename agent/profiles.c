@@ -85,6 +85,15 @@ struct module_info {
   uint64_t map_epoch, map_id;
 };
 
+/* A leaf's location in the profile being built (one kernel, copy direction or API). */
+struct leaf_slot {
+  uint64_t leaf;
+  uint32_t aux;
+  uint64_t epoch, loc_id;
+};
+
+#define LEAF_CACHE 1024 /* direct-mapped: a collision only costs building the leaf again */
+
 struct profiles {
   struct profiles_options o;
   char output_dir[PATH_MAX];
@@ -104,6 +113,7 @@ struct profiles {
   int warned_dir, warned_oom;
   uint32_t *order, *order_tmp; /* slots of a table by stack, when a window is written */
   size_t order_cap;
+  struct leaf_slot leaves[LEAF_CACHE];
 };
 
 static const char *const kind_names[PROFILES_KIND_COUNT] = {"gpu_time", "gpu_memory", "memcpy"};
@@ -433,21 +443,36 @@ static void set_types(struct pprof_builder *b, int kind)
 
 static const int n_values[PROFILES_KIND_COUNT] = {2, 4, 3};
 
+/* The leaf's location, named once per profile: a window has few distinct leaves (kernels,
+ * directions, APIs) but one sample per (stack, leaf, device). 0 on allocation failure. */
+static uint64_t leaf_location(struct profiles *p, int kind, const struct key *k)
+{
+  struct leaf_slot *c = &p->leaves[hash_u64(k->leaf ^ (uint64_t)k->aux << 56) & (LEAF_CACHE - 1)];
+  char buf[1024];
+  const char *name;
+  uint64_t loc;
+
+  if (c->epoch == p->epoch && c->leaf == k->leaf && c->aux == k->aux)
+    return c->loc_id;
+  name = leaf_name(p, kind, k, buf, sizeof(buf));
+  loc = pprof_builder_location(p->b, 0, 0, pprof_builder_function(p->b, name, name, NULL, 0), 0);
+  if (loc)
+    *c = (struct leaf_slot){k->leaf, k->aux, p->epoch, loc};
+  return loc;
+}
+
 static int add_entry(struct profiles *p, int kind, const struct entry *e)
 {
   uint64_t frames[STACK_MAX_DEPTH], locs[STACK_MAX_DEPTH + 1];
-  char leaf[1024], dev[16];
+  char dev[16];
   struct pprof_label label = {"gpu", dev, 0, NULL};
-  const char *name;
   int n = 0, nl = 0;
 
   if (e->k.device == ALLOC_DEVICE_HOST)
     snprintf(dev, sizeof(dev), "host");
   else
     snprintf(dev, sizeof(dev), "%d", (int)e->k.device);
-  name = leaf_name(p, kind, &e->k, leaf, sizeof(leaf));
-  locs[nl] =
-      pprof_builder_location(p->b, 0, 0, pprof_builder_function(p->b, name, name, NULL, 0), 0);
+  locs[nl] = leaf_location(p, kind, &e->k);
   if (!locs[nl++])
     return -ENOMEM;
   if (e->k.stack_id && p->o.stacks)
