@@ -600,6 +600,12 @@ static void window_write(struct profiles *p, struct window *w, uint64_t end)
       p->stats.write_errors++;
       continue;
     }
+    /* A library was dlopened or dlclosed: an address cached for a closed one may now belong
+     * to another, so every frame is resolved again. */
+    if (symbolizer_sync(p->sym) && p->frames) {
+      memset(p->frames, 0, p->frames_cap * sizeof(*p->frames));
+      p->frames_used = 0;
+    }
     pprof_builder_reset(p->b);
     p->epoch++;
     set_types(p->b, kind);

@@ -8,6 +8,7 @@
 #include <libelf.h>
 #include <limits.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ struct symbolizer {
   struct sym_module *views; /* the public copy for symbolizer_modules */
   struct dm_entry *dm;      /* demangling cache, open addressing */
   size_t dm_cap, dm_used;
+  unsigned long long adds, subs; /* the loader's dlopen/dlclose counters at the last read */
 };
 
 /* ---- demangling ---- */
@@ -155,8 +157,11 @@ static int on_module(struct dl_phdr_info *info, size_t size, void *data)
   }
   if (!have)
     return 0;
+  /* Known already, unless another file now occupies the range (the first one was dlclosed):
+   * then the new module is appended, and the newest wins in find_module. */
   for (size_t i = 0; i < s->n_mods; i++)
-    if (s->mods[i].m.lo == m.lo && s->mods[i].m.hi == m.hi)
+    if (s->mods[i].m.lo == m.lo && s->mods[i].m.hi == m.hi &&
+        (!path || !path[0] || !strcmp(s->mods[i].m.path, path)))
       return 0;
   if (!path || !path[0]) {
     /* The main program (dl_iterate_phdr names it ""), or the vDSO (no file). */
@@ -187,17 +192,46 @@ static int on_module(struct dl_phdr_info *info, size_t size, void *data)
   return 0;
 }
 
+/* The loader's counters of objects loaded and unloaded so far (the first object's info). */
+static int read_counters(struct dl_phdr_info *info, size_t size, void *data)
+{
+  unsigned long long *c = data;
+
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
+    c[0] = info->dlpi_adds;
+    c[1] = info->dlpi_subs;
+  }
+  return 1;
+}
+
 static void refresh_modules(struct symbolizer *s)
 {
+  unsigned long long c[2] = {0, 0};
+
+  dl_iterate_phdr(read_counters, c);
+  s->adds = c[0];
+  s->subs = c[1];
   dl_iterate_phdr(on_module, s);
 }
 
+/* Newest first: after a dlclose, a library loaded at the same addresses is the one there now. */
 static struct module *find_module(struct symbolizer *s, uint64_t addr)
 {
-  for (size_t i = 0; i < s->n_mods; i++)
+  for (size_t i = s->n_mods; i-- > 0;)
     if (addr >= s->mods[i].m.lo && addr < s->mods[i].m.hi)
       return &s->mods[i];
   return NULL;
+}
+
+int symbolizer_sync(struct symbolizer *s)
+{
+  unsigned long long c[2] = {0, 0};
+
+  dl_iterate_phdr(read_counters, c);
+  if (c[0] == s->adds && c[1] == s->subs)
+    return 0;
+  refresh_modules(s);
+  return 1;
 }
 
 /* ---- ELF symbols ---- */

@@ -50,6 +50,14 @@ int symbolizer_resolve(struct symbolizer *s, uint64_t frame, struct sym_frame *o
  * mangled or does not demangle. Owned by the symbolizer. */
 const char *symbolizer_demangle(struct symbolizer *s, const char *name);
 
+/*
+ * Reads the module map again if anything was dlopened or dlclosed since the last read (the
+ * loader's dlpi_adds/dlpi_subs counters: one dl_iterate_phdr step when nothing changed).
+ * Returns 1 when the map changed: results resolved before may now be stale, since a library
+ * loaded where a closed one was is preferred for its addresses.
+ */
+int symbolizer_sync(struct symbolizer *s);
+
 /* The modules known so far (after resolving). */
 const struct sym_module *symbolizer_modules(struct symbolizer *s, size_t *count);
 

@@ -182,13 +182,17 @@ static CUresult alloc_new(size_t size, enum fg_mem_class cls, struct fg_ctx *ctx
   if (size == 0)
     return CUDA_ERROR_INVALID_VALUE;
   int dev = ctx->device;
-  if (cls != FG_MEM_PINNED && g_used[dev] + size > fg_devices[dev].total_mem)
-    return CUDA_ERROR_OUT_OF_MEMORY;
   void *p = NULL;
   if (posix_memalign(&p, 512, size) != 0)
     return CUDA_ERROR_OUT_OF_MEMORY;
   struct alloc a = {(uint64_t)(uintptr_t)p, size, cls, dev, ctx, 0, 0, pool};
   pthread_mutex_lock(&fg_lock);
+  /* Checked under the lock that guards g_used: threads allocate concurrently. */
+  if (cls != FG_MEM_PINNED && g_used[dev] + size > fg_devices[dev].total_mem) {
+    pthread_mutex_unlock(&fg_lock);
+    free(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   if (table_insert(&a) != 0) {
     pthread_mutex_unlock(&fg_lock);
     free(p);

@@ -267,6 +267,32 @@ def case_windows(c, r, pid):
     c.eq("memcpy: files", profile_files(pid, "memcpy"), [])
 
 
+def case_reload(c, r, pid):
+    secs = dict(re.findall(r"^(window[12]) (\d+)$", r.stdout, re.M))
+    bases = dict(re.findall(r"^base ([ab]) (\S+)$", r.stdout, re.M))
+    if len(secs) != 2 or len(bases) != 2:
+        c.failures.append(f"program did not report its windows and bases: {r.stdout!r}")
+        return
+    w1, w2 = int(secs["window1"]), int(secs["window2"])
+    c.eq("the program's windows are consecutive seconds", w2, w1 + 1)
+    # Otherwise the case would not test a module replaced at the same addresses.
+    c.eq("plugin b loaded where plugin a was", bases["b"], bases["a"])
+    want = {
+        w1: {("[gpu] pp_kernel_r", "pp_reload_inner_a", "pp_reload_entry", "pp_reload",
+                 "main"): [1, 3000]},
+        w2: {("[gpu] pp_kernel_r", "pp_reload_inner_b", "pp_reload_entry", "pp_reload",
+                 "main"): [1, 3000]},
+    }
+    files = profile_files(pid, "gpu_time")
+    stamps = [stamp_of(f) for f in files]
+    c.eq("gpu_time: windows written", stamps, [w1, w2])
+    for path, stamp in zip(files, stamps):
+        if stamp in want:
+            prof = read_profile(path)
+            check_common(c, "gpu_time", prof)
+            expect_values(c, "gpu_time", by_chain(prof), want[stamp], f"gpu_time@{stamp}")
+
+
 def case_sampled(c, r, pid):
     prof = load_single(c, pid, "gpu_time")
     if not prof:
@@ -438,7 +464,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True,
                     choices=["basic", "windows", "sampled", "none", "unwritable", "builder",
-                             "python", "python_display"])
+                             "python", "python_display", "reload"])
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd

@@ -1,4 +1,6 @@
 /* Known GPU work for the pprof tests: kernels, allocations and copies from named call chains. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -114,6 +116,28 @@ STK_FRAME static void pp_window_two(CUfunction k)
   STK_CU(cuMemAlloc(&p, 2000));
 }
 
+/* dlopens path and launches k from its pp_reload_entry; prints where it was loaded. */
+static void *pp_reload(const char *path, const char *tag, CUfunction k)
+{
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void (*entry)(CUfunction);
+  Dl_info info;
+
+  if (!h) {
+    fprintf(stderr, "pprof_work: %s\n", dlerror());
+    exit(1);
+  }
+  *(void **)&entry = dlsym(h, "pp_reload_entry");
+  if (!entry || !dladdr(*(void **)&entry, &info)) {
+    fprintf(stderr, "pprof_work: no pp_reload_entry in %s\n", path);
+    exit(1);
+  }
+  printf("base %s %p\n", tag, info.dli_fbase);
+  entry(k);
+  STK_CU(cuCtxSynchronize());
+  return h;
+}
+
 STK_FRAME static void pp_sampled(CUfunction k, int n)
 {
   for (int i = 0; i < n; i++)
@@ -154,8 +178,22 @@ int main(int argc, char **argv)
 
     fakegpu_set_kernel_duration_ns("pp_kernel_s", 1000);
     pp_sampled(k, 400);
+  } else if (!strcmp(mode, "reload") && argc > 3) {
+    CUfunction k = stk_kernel("pp_kernel_r");
+    void *a;
+
+    fakegpu_set_kernel_duration_ns("pp_kernel_r", NS_W);
+    /* Plugin a launches in window 1, which is written while a is still loaded; then a is
+     * closed and its twin b, loaded at the same addresses, launches in window 2. */
+    sleep_to_next_second(200);
+    printf("window1 %llu\n", (unsigned long long)(now_ns() / 1000000000ull));
+    a = pp_reload(argv[2], "a", k);
+    sleep_to_next_second(500);
+    dlclose(a);
+    printf("window2 %llu\n", (unsigned long long)(now_ns() / 1000000000ull));
+    pp_reload(argv[3], "b", k);
   } else {
-    fprintf(stderr, "usage: %s basic|windows|sampled\n", argv[0]);
+    fprintf(stderr, "usage: %s basic|windows|sampled|reload LIB_A LIB_B\n", argv[0]);
     return 2;
   }
   STK_CU(cuCtxSynchronize());
