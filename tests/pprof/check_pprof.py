@@ -274,7 +274,7 @@ def case_reload(c, r, pid):
         c.failures.append(f"program did not report its windows and bases: {r.stdout!r}")
         return
     w1, w2 = int(secs["window1"]), int(secs["window2"])
-    c.eq("the program's windows are consecutive seconds", w2, w1 + 1)
+    c.true("window 2 comes after window 1", w2 > w1)
     # Otherwise the case would not test a module replaced at the same addresses.
     c.eq("plugin b loaded where plugin a was", bases["b"], bases["a"])
     want = {

@@ -1,7 +1,9 @@
 /* Known GPU work for the pprof tests: kernels, allocations and copies from named call chains. */
 #define _GNU_SOURCE /* dladdr */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,6 +118,27 @@ STK_FRAME static void pp_window_two(CUfunction k)
   STK_CU(cuMemAlloc(&p, 2000));
 }
 
+/* Waits (at most 20 s) until the agent wrote a gpu_time window into GPUPROF_OUTPUT_DIR. */
+static void wait_for_window(void)
+{
+  const char *dir = getenv("GPUPROF_OUTPUT_DIR");
+
+  for (int i = 0; dir && i < 2000; i++) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+
+    while (d && (e = readdir(d)) != NULL)
+      found |= strstr(e->d_name, "-gpu_time-") && strstr(e->d_name, ".pb.gz") &&
+               !strstr(e->d_name, ".tmp");
+    if (d)
+      closedir(d);
+    if (found)
+      return;
+    usleep(10000);
+  }
+}
+
 /* dlopens path and launches k from its pp_reload_entry; prints where it was loaded. */
 static void *pp_reload(const char *path, const char *tag, CUfunction k)
 {
@@ -189,6 +212,7 @@ int main(int argc, char **argv)
     printf("window1 %llu\n", (unsigned long long)(now_ns() / 1000000000ull));
     a = pp_reload(argv[2], "a", k);
     sleep_to_next_second(500);
+    wait_for_window(); /* a slow worker (sanitizers, load) must not see a closed already */
     dlclose(a);
     printf("window2 %llu\n", (unsigned long long)(now_ns() / 1000000000ull));
     pp_reload(argv[3], "b", k);
