@@ -85,6 +85,7 @@ static void fork_child(void)
   set_state(AGENT_DORMANT);
   worker_forget();
   uploader_forget();
+  capture_forget();
   /* The socket is the parent's: the child closes its copies and never removes the file. */
   control_server_forget(control);
 }
@@ -271,6 +272,7 @@ void agent_shutdown(void)
   case AGENT_ACTIVE:
     shutdown_done = 1;
     /* First: no capture may start while the agent winds down; the socket file goes away. */
+    capture_refuse();
     control_server_stop(control);
     control = NULL;
     /*

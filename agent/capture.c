@@ -98,6 +98,9 @@ static struct api_ring *ring_claim(uint32_t tid)
 {
   struct api_ring *r;
 
+  /* Without the key no ring would ever be recycled: one per thread ever seen would leak. */
+  if (!ring_key_ok)
+    return NULL;
   pthread_mutex_lock(&rings_lock);
   for (r = atomic_load_explicit(&rings, memory_order_acquire); r; r = r->next)
     if (atomic_load_explicit(&r->free, memory_order_acquire))
@@ -211,6 +214,7 @@ static struct {
   int stop_requested;
   int switching; /* capture_start is between opening the file and publishing it */
   int shutdown;
+  int refusing; /* the agent is exiting: no new capture, stop() waits no more */
   uint64_t next_id;
   struct capture_status st;
   /* Set by capture_start under lock, then read-only until the capture ends. */
@@ -236,6 +240,7 @@ static struct {
 static struct {
   struct trace_writer *w;    /* adopted cap.live */
   uint64_t start_ns, end_ns; /* window; end_ns UINT64_MAX while running */
+  uint64_t planned_end_ns;   /* start + duration: later work is past the capture's profiles */
   int flows;
   int cap_hit, error;
   int flushed; /* the ENDING flush was issued */
@@ -371,8 +376,8 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
     goto out_unguarded;
   }
   pthread_mutex_lock(&cap.lock);
-  if (cap.phase != PHASE_IDLE || cap.switching || cap.shutdown) {
-    ret = cap.shutdown ? -ESHUTDOWN : -EBUSY;
+  if (cap.phase != PHASE_IDLE || cap.switching || cap.shutdown || cap.refusing) {
+    ret = cap.shutdown || cap.refusing ? -ESHUTDOWN : -EBUSY;
     pthread_mutex_unlock(&cap.lock);
     snprintf(err, err_len,
              ret == -EBUSY ? "a capture is already running in pid %d" : "pid %d is exiting",
@@ -454,6 +459,14 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
 
   pthread_mutex_lock(&switch_lock);
   pthread_mutex_lock(&cap.lock);
+  /* The exit path began while the file was being opened: nothing would finish it. */
+  if (cap.shutdown || cap.refusing) {
+    pthread_mutex_unlock(&cap.lock);
+    pthread_mutex_unlock(&switch_lock);
+    snprintf(err, err_len, "the process is exiting");
+    ret = -ESHUTDOWN;
+    goto out;
+  }
   cap.writer = w;
   cap.start_ns = now;
   cap.deadline_ns = now + duration;
@@ -521,7 +534,8 @@ int capture_stop(void)
   /* The worker ends it within two flush intervals; bounded anyway. */
   wait_ns = 3 * (cap.cfg ? cap.cfg->flush_interval_ns : 500000000ull) + 5000000000ull;
   deadline = clock_ns_to_timespec(clock_realtime_ns() + wait_ns);
-  while (cap.phase != PHASE_IDLE && cap.st.id == id && !cap.shutdown && ret != ETIMEDOUT)
+  while (cap.phase != PHASE_IDLE && cap.st.id == id && !cap.shutdown && !cap.refusing &&
+         ret != ETIMEDOUT)
     ret = pthread_cond_timedwait(&cap.done, &cap.lock, &deadline);
   pthread_mutex_unlock(&cap.lock);
   return 0;
@@ -867,7 +881,9 @@ static void profile_memory(const struct event *ev, const struct corr_info *api)
  * only overlap it). */
 static void profile_event(const struct event *ev, const struct corr_info *api)
 {
-  if (ev->flags & EVENT_F_NO_TIMING || ev->start_ns < wk.start_ns)
+  /* wk.end_ns is set at the first tick after the end: work in between is not the window's. */
+  if (ev->flags & EVENT_F_NO_TIMING || ev->start_ns < wk.start_ns ||
+      ev->start_ns >= wk.planned_end_ns || ev->start_ns >= wk.end_ns)
     return;
   if (event_is_gpu_work(ev))
     wk.capture_gpu++;
@@ -950,6 +966,7 @@ static void adopt(struct trace_writer *w)
   profile_open(wk.start_ns, duration, cap.stem);
   wk.w = w;
   wk.end_ns = UINT64_MAX;
+  wk.planned_end_ns = wk.start_ns + duration;
   wk.cap_hit = wk.error = wk.flushed = 0;
   wk.ring_dropped = 0;
   wk.named_full = 0;
@@ -1009,7 +1026,8 @@ static void finish(void)
 {
   struct trace_stats ts;
   struct worker_stats ws;
-  uint64_t dropped, ring_dropped, end_ns;
+  uint64_t dropped, ring_dropped, end_ns, id;
+  char path[CONFIG_PATH_MAX];
   int ret, cap_hit, error;
 
   drain_rings();
@@ -1067,20 +1085,23 @@ static void finish(void)
   snprintf(cap.st.files[0], sizeof(cap.st.files[0]), "%s", cap.path);
   for (size_t i = 0; i < wk.n_prof_files && cap.st.n_files < CAPTURE_MAX_FILES; i++)
     snprintf(cap.st.files[cap.st.n_files++], sizeof(cap.st.files[0]), "%s", wk.prof_files[i]);
+  /* Copies for the messages: a new capture may start (and reuse cap.path) once unlocked. */
+  id = cap.st.id;
+  snprintf(path, sizeof(path), "%s", cap.path);
   pthread_cond_broadcast(&cap.done);
   pthread_mutex_unlock(&cap.lock);
 
   if (error)
     log_warn("capture %llu ended with an error writing %s: %s; the file may be incomplete",
-             (unsigned long long)cap.st.id, cap.path, strerror(-error));
+             (unsigned long long)id, path, strerror(-error));
   else if (cap_hit)
     log_warn("capture %llu reached GPUPROF_TRACE_MAX_SIZE=%llu bytes: later events were not "
              "written (%llu discarded); %s is complete up to there",
-             (unsigned long long)cap.st.id, (unsigned long long)cap.cfg->trace_max_size,
-             (unsigned long long)ts.discarded, cap.path);
+             (unsigned long long)id, (unsigned long long)cap.cfg->trace_max_size,
+             (unsigned long long)ts.discarded, path);
   else
-    log_info("capture %llu finished: %llu events, %llu bytes in %s", (unsigned long long)cap.st.id,
-             (unsigned long long)ts.events, (unsigned long long)ts.bytes, cap.path);
+    log_info("capture %llu finished: %llu events, %llu bytes in %s", (unsigned long long)id,
+             (unsigned long long)ts.events, (unsigned long long)ts.bytes, path);
 }
 
 static void on_tick(void *arg, uint64_t now_ns)
@@ -1128,8 +1149,12 @@ static void on_tick(void *arg, uint64_t now_ns)
   pthread_mutex_unlock(&cap.lock);
 
   if (begin_end) {
-    /* Delivers the records completed so far; they are processed before the next tick. */
-    cupti_fn.ActivityFlushAll(0);
+    /* Delivers the records completed so far; they are processed before the next tick. Not
+     * while the exit path forces its own flush (which then delivers them). */
+    if (worker_flush_begin()) {
+      cupti_fn.ActivityFlushAll(0);
+      worker_flush_end();
+    }
     if (cap.cfg->mode == CONFIG_MODE_ONDEMAND) {
       pthread_mutex_lock(&switch_lock);
       subscriber_capture_end(); /* no residual overhead once the capture is over */
@@ -1231,6 +1256,25 @@ static void signal_trigger_start(int sig)
   log_info("signal %d starts and stops a capture in pid %d", sig, (int)getpid());
 }
 
+void capture_forget(void)
+{
+  struct sigaction cur;
+  int sig = cap.cfg ? cap.cfg->capture_signal : 0;
+
+  /* The child of a fork: the pipe's reader is the parent's signal thread. The child never
+   * captures, so the signal gets its default action back (the application had none). */
+  if (sig_pipe[1] < 0)
+    return;
+  if (sig > 0 && sigaction(sig, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+      cur.sa_handler == on_capture_signal) {
+    cur.sa_handler = SIG_DFL;
+    sigaction(sig, &cur, NULL);
+  }
+  close(sig_pipe[0]);
+  close(sig_pipe[1]);
+  sig_pipe[0] = sig_pipe[1] = -1;
+}
+
 /* ---- wiring ---- */
 
 int capture_init(const struct config *cfg, struct alloc_map *allocs)
@@ -1242,6 +1286,9 @@ int capture_init(const struct config *cfg, struct alloc_map *allocs)
   cap.allocs = allocs;
   cap.format_set = cfg->trace_format_set;
   ring_key_ok = pthread_key_create(&ring_key, ring_thread_exit) == 0;
+  if (!ring_key_ok)
+    log_warn("no thread-specific key left (PTHREAD_KEYS_MAX): captures record GPU work only, "
+             "without API calls");
   ret = worker_add_consumer(&c);
   if (ret) {
     log_warn("cannot register the capture consumer: %s; captures are disabled", strerror(-ret));
@@ -1269,6 +1316,14 @@ void capture_start_configured(void)
     if (capture_start(&p, err, sizeof(err)))
       log_warn("GPUPROF_CAPTURE_ON_START: %s; no capture at start", err);
   }
+}
+
+void capture_refuse(void)
+{
+  pthread_mutex_lock(&cap.lock);
+  cap.refusing = 1;
+  pthread_cond_broadcast(&cap.done);
+  pthread_mutex_unlock(&cap.lock);
 }
 
 void capture_shutdown(int worker_stopped)

@@ -63,6 +63,11 @@ void capture_start_configured(void);
 /* Exit, after the worker stopped (worker_stopped: it was joined): finishes a running capture's
  * file and stops the signal thread. Idempotent. */
 void capture_shutdown(int worker_stopped);
+/* Exit, first: no capture starts any more, and a capture_stop waiting (control thread)
+ * returns at once, so the control server stops without waiting for the worker. */
+void capture_refuse(void);
+/* Forked child: drops the parent's signal trigger (its pipe and, if still ours, the handler). */
+void capture_forget(void);
 
 /* ---- the API callback hot path (cupti/subscriber.c) ---- */
 

@@ -699,14 +699,13 @@ static struct window *window_at(struct profiles *p, uint64_t start)
   return &p->w[1];
 }
 
-/* The start of the window holding ts: wall-clock aligned, or counted from o.origin_ns. */
+/* The start of the window holding ts: wall-clock aligned, or the capture's single window
+ * from o.origin_ns (its files carry no time stamp: a second window would overwrite them). */
 static uint64_t window_start(const struct profiles *p, uint64_t ts)
 {
   if (!p->o.origin_ns)
     return ts - ts % p->o.window_ns;
-  if (ts < p->o.origin_ns)
-    return p->o.origin_ns;
-  return ts - (ts - p->o.origin_ns) % p->o.window_ns;
+  return p->o.origin_ns;
 }
 
 /* The window an event starting at ts belongs to: older than every open window counts as late

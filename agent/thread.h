@@ -26,6 +26,10 @@ struct thread_state {
   int depth;
   /* This thread's stripe of the agent's striped counters (agent/util/counter.h). */
   uint32_t counter_slot;
+  /* The API-callback epoch its open calls belong to (cupti/subscriber.c): calls still open
+   * when callbacks were switched off never see their EXIT and are forgotten at the next ENTER
+   * of a later epoch. */
+  uint32_t call_epoch;
   struct thread_call open[THREAD_MAX_OPEN_CALLS];
   /* Launch sampler (agent/hoststack.c). */
   uint64_t rng;

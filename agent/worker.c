@@ -137,14 +137,12 @@ static void *worker_main(void *arg)
        * worker_submit, possibly on this very thread (the mutex is not held here). */
       cupti_fn.ActivityFlushAll(0);
       ADD(flushes, 1);
+      worker_flush_end();
     }
+    /* Not flushing any more: a consumer's tick may flush (worker_flush_begin). */
     tick_consumers();
 
     pthread_mutex_lock(&w.lock);
-    if (do_flush) {
-      w.flushing = 0;
-      pthread_cond_broadcast(&w.settled);
-    }
   }
   w.accepting = 0;
   pthread_mutex_unlock(&w.lock);
@@ -214,6 +212,26 @@ int worker_submit(uint8_t *buffer, size_t valid_size)
   if (ret)
     ADD(lost, 1);
   return ret;
+}
+
+int worker_flush_begin(void)
+{
+  int ok;
+
+  pthread_mutex_lock(&w.lock);
+  ok = w.flush_enabled && !w.flushing;
+  if (ok)
+    w.flushing = 1;
+  pthread_mutex_unlock(&w.lock);
+  return ok;
+}
+
+void worker_flush_end(void)
+{
+  pthread_mutex_lock(&w.lock);
+  w.flushing = 0;
+  pthread_cond_broadcast(&w.settled);
+  pthread_mutex_unlock(&w.lock);
 }
 
 void worker_pause_flushing(void)

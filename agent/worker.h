@@ -56,6 +56,14 @@ int worker_submit(uint8_t *buffer, size_t valid_size);
 /* Stops periodic flushing and waits until a flush in progress has returned. */
 void worker_pause_flushing(void);
 
+/*
+ * A consumer's own cuptiActivityFlushAll(0) (from its tick, on the worker thread) between
+ * these two: begin returns 0 once flushing was paused for the exit path's forced flush, and
+ * then the consumer must not flush (the forced flush delivers everything anyway).
+ */
+int worker_flush_begin(void);
+void worker_flush_end(void);
+
 /* Processes what is queued, stops and joins the thread (waits at most timeout_ms; returns
  * -ETIMEDOUT if the thread did not finish, and then leaves it running detached). Idempotent. */
 int worker_stop(unsigned timeout_ms);

@@ -30,6 +30,7 @@ static struct alloc_map *allocs;
 
 static struct striped_counter api_runtime, api_driver;
 static _Atomic uint64_t n_contexts, n_streams, n_graph_nodes;
+static _Atomic uint32_t call_epoch; /* bumped when API callbacks are switched off */
 
 /* ---- application-thread side (hot path) ---- */
 
@@ -201,6 +202,11 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   uint64_t exit_ns;
 
   if (cb->callbackSite == CUPTI_API_ENTER) {
+    uint32_t epoch = atomic_load_explicit(&call_epoch, memory_order_relaxed);
+    if (__builtin_expect(ts->call_epoch != epoch, 0)) {
+      ts->depth = 0;
+      ts->call_epoch = epoch;
+    }
     struct corr_info info = {
         .corr_id = cb->correlationId,
         .tid = ts->tid,
@@ -479,6 +485,8 @@ void subscriber_capture_begin(int api_callbacks)
 void subscriber_capture_end(void)
 {
   set_api_callbacks(0);
+  /* Calls in flight now get no EXIT: their threads drop them at their next ENTER. */
+  atomic_fetch_add_explicit(&call_epoch, 1, memory_order_relaxed);
   for (unsigned i = 0; i < N_KINDS; i++) {
     if (kind_enabled[i] && !activity_kinds[i].dump) {
       cupti_fn.ActivityDisable(activity_kinds[i].kind);
