@@ -152,8 +152,10 @@ static void no_agent(const char *dir, const char *what)
  * Probes each with a status request (stale sockets of dead processes are skipped). Returns
  * an exit status on failure, 0 with the targets in *out and their count in *n otherwise.
  */
+/* The agents to act on (*out, *n). *failed_probe: some agent with --all could not be asked
+ * (reported; the others go on). 0 or the exit status. */
 static int select_targets(const char *cmd, const struct options *o, const char *dir,
-                          struct target **out, size_t *n)
+                          struct target **out, size_t *n, int *failed_probe)
 {
   struct agent_socket *socks;
   struct control_request req;
@@ -163,6 +165,7 @@ static int select_targets(const char *cmd, const struct options *o, const char *
 
   *out = NULL;
   *n = 0;
+  *failed_probe = 0;
   ret = client_scan(dir, &socks, &cnt);
   if (ret) {
     no_agent(dir, strerror(-ret));
@@ -192,11 +195,13 @@ static int select_targets(const char *cmd, const struct options *o, const char *
     if (ret) {
       fprintf(stderr, "gpuprof %s: pid %d: %s\n", cmd, socks[i].pid,
               ret == -EACCES ? "permission denied (run as the process's user or root)" : err);
-      if (o->pid > 0 || o->all) {
+      if (o->pid > 0) {
         free(socks);
         free(t);
         return EXIT_ERROR;
       }
+      /* --all: the others are still captured; the worst status wins at the end. */
+      *failed_probe = 1;
       continue;
     }
     live++;
@@ -386,14 +391,16 @@ int cmd_capture(int argc, char **argv)
   struct sigaction sa, old_int, old_term;
   size_t n, running;
   const char *dir;
-  int rc = EXIT_OK, tty = isatty(2), stopped = 0, ret;
+  int rc = EXIT_OK, tty = isatty(2), stopped = 0, ret, failed_probe;
 
   if (parse_options("capture", argc, argv, &o, 1))
     return EXIT_USAGE;
   dir = client_run_dir(o.run_dir);
-  ret = select_targets("capture", &o, dir, &t, &n);
+  ret = select_targets("capture", &o, dir, &t, &n, &failed_probe);
   if (ret)
     return ret;
+  if (failed_probe)
+    rc = EXIT_ERROR;
 
   /* Ctrl-C ends the captures early; their files are still finished and listed. */
   memset(&sa, 0, sizeof(sa));
@@ -413,6 +420,13 @@ int cmd_capture(int argc, char **argv)
               n > 1 ? "s" : "");
       send_stop(t, n);
       stopped = 1;
+      interrupted = 0;
+    } else if (interrupted) {
+      /* A second Ctrl-C: stop waiting (the agents finish their files on their own). */
+      fprintf(stderr, "%sgpuprof: not waiting for the capture%s to finish\n", tty ? "\r\033[K" : "",
+              n > 1 ? "s" : "");
+      rc = EXIT_ERROR;
+      break;
     }
     running = poll_all(t, n, &rc, &events, &bytes, &left);
     if (!running)
@@ -442,13 +456,15 @@ int cmd_stop(int argc, char **argv)
   struct options o;
   struct target *t;
   size_t n;
-  int rc = EXIT_OK, ret;
+  int rc = EXIT_OK, ret, failed_probe;
 
   if (parse_options("stop", argc, argv, &o, 0))
     return EXIT_USAGE;
-  ret = select_targets("stop", &o, client_run_dir(o.run_dir), &t, &n);
+  ret = select_targets("stop", &o, client_run_dir(o.run_dir), &t, &n, &failed_probe);
   if (ret)
     return ret;
+  if (failed_probe)
+    rc = EXIT_ERROR;
   control_request_init(&req, CONTROL_CMD_STOP);
   for (size_t i = 0; i < n; i++) {
     struct client_status st;
@@ -463,7 +479,9 @@ int cmd_stop(int argc, char **argv)
     client_status_read(&rep, &st);
     if (!rep.ok) {
       fprintf(stderr, "gpuprof stop: pid %d: %s: %s\n", t[i].sock.pid, rep.msg.code, st.message);
-      rc = EXIT_ERROR;
+      /* With --all an idle agent is no failure: there was nothing to stop. */
+      if (!(o.all && strcmp(rep.msg.code, CONTROL_E_NOT_RUNNING) == 0))
+        rc = EXIT_ERROR;
       continue;
     }
     fprintf(stderr, "gpuprof: pid %d: capture #%llu stopped\n", t[i].sock.pid,

@@ -213,6 +213,11 @@ int client_request(const char *path, const struct control_request *req, unsigned
   }
   if (ret == 0)
     rep->ok = strcmp(rep->msg.word, CONTROL_OK) == 0;
+  /* Every error reply names its code; one without is not from a gpuprof agent. */
+  if (ret == 0 && !rep->ok && !rep->msg.code) {
+    snprintf(err, err_len, "an error reply without a code");
+    ret = -EPROTO;
+  }
 out:
   if (fd >= 0)
     close(fd);

@@ -37,6 +37,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 KERNELS = ["ctl_kernel_%d" % i for i in range(4)]
@@ -310,16 +311,55 @@ def scenario_format(args):
         w.finish()
 
 
+def scenario_impostor(args):
+    """A socket that is not a gpuprof agent answers an error without a code: the command says
+    so and exits 1, it does not crash."""
+    work = os.environ.get("E2E_WORKDIR") or "/tmp/gpuprof-control-e2e"
+    shutil.rmtree(work, ignore_errors=True)
+    run_dir = os.path.join(work, "run")
+    os.makedirs(run_dir)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(os.path.join(run_dir, "gpuprof-%d.sock" % os.getpid()))
+    srv.listen(8)
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(2)
+                try:
+                    c.recv(4096)
+                    c.sendall(b"GPUPROF/1 error\n\n")
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    env = dict(os.environ, GPUPROF_RUN_DIR=run_dir)
+    for cmd in ("capture", "stop"):
+        argv = [args.gpuprof, cmd, "--pid", str(os.getpid())]
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT_S * 2)
+        print("$ %s  -> %d\n%s%s" % (" ".join(argv), r.returncode, r.stdout, r.stderr))
+        check(r.returncode == 1, "gpuprof %s exited %d, expected 1" % (cmd, r.returncode))
+        check("without a code" in r.stderr, "gpuprof %s names the bad reply" % cmd)
+        check(not any(b in r.stderr for b in SANITIZER_BANNERS),
+              "a sanitizer reported in gpuprof %s" % cmd)
+    srv.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scenario", choices=["pid", "all", "busy", "format"], required=True)
+    ap.add_argument("--scenario", choices=["pid", "all", "busy", "format", "impostor"],
+                    required=True)
     ap.add_argument("--gpuprof", required=True)
     ap.add_argument("--workload", required=True)
     ap.add_argument("--validator", required=True)
     args = ap.parse_args()
     try:
         {"pid": scenario_pid, "all": scenario_all, "busy": scenario_busy,
-         "format": scenario_format}[args.scenario](args)
+         "format": scenario_format, "impostor": scenario_impostor}[args.scenario](args)
     except Failed as e:
         print("FAILED: %s" % e)
         return 1
