@@ -110,7 +110,7 @@ struct profiles {
   size_t n_modules, cap_modules;
   struct profiles_stats stats;
   uint64_t overflow_total;
-  int warned_dir, warned_oom;
+  int warned_dir, warned_oom, warned_samples;
   uint32_t *order, *order_tmp; /* slots of a table by stack, when a window is written */
   size_t order_cap;
   struct leaf_slot leaves[LEAF_CACHE];
@@ -575,9 +575,21 @@ out:
 }
 
 /* The uploader copies the bytes and sends them from its own thread. */
+/* Pyroscope's default max-profile-stacktrace-samples (formats.md 2.4); servers may raise it. */
+#define PYROSCOPE_DEFAULT_MAX_SAMPLES 16000
+
 static void upload(struct profiles *p, int kind, const uint8_t *buf, size_t len, uint64_t start,
                    uint64_t end)
 {
+  size_t samples = pprof_builder_sample_count(p->b);
+
+  if (samples > PYROSCOPE_DEFAULT_MAX_SAMPLES && !p->warned_samples) {
+    p->warned_samples = 1;
+    log_warn("a %s profile of %zu samples exceeds Pyroscope's default limit of %d per profile "
+             "(validation.max-profile-stacktrace-samples): a server with the default rejects "
+             "it; the file is written anyway (raise the server's limit for GPU profiles)",
+             kind_names[kind], samples, PYROSCOPE_DEFAULT_MAX_SAMPLES);
+  }
   if (uploader_submit(kind_names[kind], buf, len, start, end) != 0)
     p->stats.upload_errors++;
 }

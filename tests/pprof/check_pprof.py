@@ -451,7 +451,7 @@ def case_builder(c, argv):
     c.eq("default", prof.get("default"), "gpu_time")
     c.eq("period type", prof.get("PeriodType"), "gpu_time nanoseconds")
     c.eq("duration", prof.get("Duration"), "15s")
-    c.eq("comments", prof["comments"], ["built by pprof_builder_test"])
+    c.eq("comments", prof["comments"], ["built by pprof_builder_test", "caf? \u00e9t\u00e9 ? ???"])
     c.eq("samples", sorted((tuple(s["functions"]), tuple(s["values"]), s["labels"].get("gpu"))
                            for s in prof["samples"]),
          [(("[gpu] k1", "work", "main"), (3, 300), "0"), (("[gpu] k2", "main"), (1, 50), "0")])

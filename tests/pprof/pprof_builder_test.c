@@ -58,6 +58,9 @@ static int build(struct pprof_builder *b)
   CHECK(pprof_builder_add_sample(b, s2, 2, v2, 2, &gpu, 1) != 0); /* unknown location */
   CHECK(pprof_builder_sample_count(b) == 2);
   CHECK(pprof_builder_add_comment(b, "built by pprof_builder_test") == 0);
+  /* Not UTF-8 (Latin-1 e, a lone continuation byte, a surrogate): '?' per bad byte. */
+  CHECK(pprof_builder_add_comment(b, "caf\xe9 \xc3\xa9t\xc3\xa9 \x80 \xed\xa0\x80") == 0);
+  CHECK(pprof_builder_string(b, "x\xff") == pprof_builder_string(b, "x?"));
   CHECK(pprof_builder_string(b, "") == 0 && pprof_builder_string(b, NULL) == 0);
   return 0;
 }
