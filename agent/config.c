@@ -33,6 +33,7 @@ static const char *const known_vars[] = {
     "GPUPROF_PYROSCOPE_TENANT",
     "GPUPROF_UPLOAD_TIMEOUT",
     "GPUPROF_UPLOAD_QUEUE",
+    "GPUPROF_PYROSCOPE_MAX_SAMPLES",
     "GPUPROF_EXIT_TIMEOUT",
     "GPUPROF_K8S_POD",
     "GPUPROF_K8S_NAMESPACE",
@@ -88,6 +89,7 @@ void config_defaults(struct config *cfg)
   cfg->corr_table_size = CONFIG_DEFAULT_CORR_TABLE_SIZE;
   cfg->upload_timeout_ns = CONFIG_DEFAULT_UPLOAD_TIMEOUT_NS;
   cfg->upload_queue = CONFIG_DEFAULT_UPLOAD_QUEUE;
+  cfg->pyroscope_max_samples = CONFIG_DEFAULT_PYROSCOPE_MAX_SAMPLES;
   cfg->exit_timeout_ns = CONFIG_DEFAULT_EXIT_TIMEOUT_NS;
   cfg->stack_depth = CONFIG_DEFAULT_STACK_DEPTH;
   cfg->trace_max_size = CONFIG_DEFAULT_TRACE_MAX_SIZE;
@@ -546,6 +548,8 @@ static void load_pyroscope(struct config *cfg)
                 "a duration of at least 100ms (e.g. 10s)");
   load_uint("GPUPROF_UPLOAD_QUEUE", &cfg->upload_queue, 1, 4096,
             "a number of profiles between 1 and 4096");
+  load_uint("GPUPROF_PYROSCOPE_MAX_SAMPLES", &cfg->pyroscope_max_samples, 1, 1ull << 30,
+            "a number of samples between 1 and 1G (the server's max-profile-stacktrace-samples)");
   load_duration("GPUPROF_EXIT_TIMEOUT", &cfg->exit_timeout_ns, 0,
                 "a duration (e.g. 3s; 0 drops what is queued at exit)");
   load_string("GPUPROF_K8S_POD", cfg->k8s_pod, sizeof(cfg->k8s_pod), "leaving out the pod label");
@@ -601,8 +605,7 @@ void config_load(struct config *cfg)
   v = env("GPUPROF_CAPTURE_SIGNAL");
   if (v && config_parse_signal(v, &cfg->capture_signal)) {
     cfg->capture_signal = 0;
-    bad_value("GPUPROF_CAPTURE_SIGNAL", v, "SIGUSR1, SIGUSR2 or SIGRTMIN+N",
-              "no signal trigger");
+    bad_value("GPUPROF_CAPTURE_SIGNAL", v, "SIGUSR1, SIGUSR2 or SIGRTMIN+N", "no signal trigger");
   }
   load_string("GPUPROF_RUN_DIR", cfg->run_dir, sizeof(cfg->run_dir),
               "using " CONFIG_DEFAULT_OUTPUT_DIR "/run");

@@ -48,7 +48,7 @@ struct config {
   uint64_t capture_on_start_ns; /* 0: no capture at start */
   int gpu_only;
   enum config_trace_format trace_format;
-  int trace_format_set; /* GPUPROF_TRACE_FORMAT was given (else captures may pick by size) */
+  int trace_format_set;    /* GPUPROF_TRACE_FORMAT was given (else captures may pick by size) */
   uint64_t trace_max_size; /* size cap of one capture's trace file, bytes */
   int capture_signal;      /* 0: no signal trigger; else the signal that starts/stops a capture */
   char run_dir[CONFIG_PATH_MAX];
@@ -60,17 +60,18 @@ struct config {
   int pyroscope_api;        /* 0: /push (protobuf), 1: /ingest (multipart) */
   char pyroscope_user[256]; /* basic auth; "": none */
   char pyroscope_password[1024];
-  char pyroscope_tenant[256]; /* X-Scope-OrgID; "": none */
-  uint64_t upload_timeout_ns; /* per request */
-  uint64_t upload_queue;      /* profiles waiting for upload, at most */
-  uint64_t exit_timeout_ns;   /* the final flush's deadline at exit */
-  char k8s_pod[256];          /* Kubernetes downward API: labels pod, namespace, node */
+  char pyroscope_tenant[256];     /* X-Scope-OrgID; "": none */
+  uint64_t upload_timeout_ns;     /* per request */
+  uint64_t upload_queue;          /* profiles waiting for upload, at most */
+  uint64_t pyroscope_max_samples; /* a window with more is pushed in parts of this many */
+  uint64_t exit_timeout_ns;       /* the final flush's deadline at exit */
+  char k8s_pod[256];              /* Kubernetes downward API: labels pod, namespace, node */
   char k8s_namespace[256];
   char k8s_node[256];
-  char cupti_path[CONFIG_PATH_MAX];   /* "": search (cupti/loader.c) */
+  char cupti_path[CONFIG_PATH_MAX]; /* "": search (cupti/loader.c) */
   int cupti_wheels_only; /* test knob GPUPROF_TEST_CUPTI_WHEELS_ONLY: search wheels only */
   char test_curl_path[CONFIG_PATH_MAX]; /* test knob GPUPROF_TEST_CURL_PATH; "": libcurl.so.4 */
-  char summary_file[CONFIG_PATH_MAX]; /* "": <output_dir>/gpuprof-<host>-<pid>-summary.json */
+  char summary_file[CONFIG_PATH_MAX];   /* "": <output_dir>/gpuprof-<host>-<pid>-summary.json */
   uint64_t buffer_size;
   uint64_t buffer_limit;
   uint64_t flush_interval_ns;
@@ -99,6 +100,7 @@ struct config {
 #define CONFIG_DEFAULT_STACK_TABLE_SIZE (32ull << 20)
 #define CONFIG_DEFAULT_UPLOAD_TIMEOUT_NS (10ull * 1000000000ull)
 #define CONFIG_DEFAULT_UPLOAD_QUEUE 32
+#define CONFIG_DEFAULT_PYROSCOPE_MAX_SAMPLES 16000 /* Pyroscope's default per profile */
 #define CONFIG_DEFAULT_EXIT_TIMEOUT_NS (3ull * 1000000000ull)
 #define CONFIG_DEFAULT_TRACE_MAX_SIZE (512ull << 20)
 

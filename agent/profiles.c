@@ -110,7 +110,7 @@ struct profiles {
   size_t n_modules, cap_modules;
   struct profiles_stats stats;
   uint64_t overflow_total;
-  int warned_dir, warned_oom, warned_samples;
+  int warned_dir, warned_oom;
   uint32_t *order, *order_tmp; /* slots of a table by stack, when a window is written */
   size_t order_cap;
   struct leaf_slot leaves[LEAF_CACHE];
@@ -575,34 +575,89 @@ out:
 }
 
 /* The uploader copies the bytes and sends them from its own thread. */
-/* Pyroscope's default max-profile-stacktrace-samples (formats.md 2.4); servers may raise it. */
-#define PYROSCOPE_DEFAULT_MAX_SAMPLES 16000
-
 static void upload(struct profiles *p, int kind, const uint8_t *buf, size_t len, uint64_t start,
                    uint64_t end)
 {
-  size_t samples = pprof_builder_sample_count(p->b);
-
-  if (samples > PYROSCOPE_DEFAULT_MAX_SAMPLES && !p->warned_samples) {
-    p->warned_samples = 1;
-    log_warn("a %s profile of %zu samples exceeds Pyroscope's default limit of %d per profile "
-             "(validation.max-profile-stacktrace-samples): a server with the default rejects "
-             "it; the file is written anyway (raise the server's limit for GPU profiles)",
-             kind_names[kind], samples, PYROSCOPE_DEFAULT_MAX_SAMPLES);
-  }
   if (uploader_submit(kind_names[kind], buf, len, start, end) != 0)
     p->stats.upload_errors++;
 }
 
+/*
+ * Builds the kind's profile of w from the entries from..to of its stack order (p->order, or
+ * the table's slot order when sorted is 0), with the window's comments. 0 or -errno.
+ */
+static int build(struct profiles *p, struct window *w, int kind, uint64_t end, int sorted,
+                 size_t from, size_t to)
+{
+  struct table *t = &w->t[kind];
+  char comment[256];
+  size_t n = 0;
+  int ret = 0;
+
+  pprof_builder_reset(p->b);
+  p->epoch++;
+  set_types(p->b, kind);
+  pprof_builder_set_time(p->b, (int64_t)w->start, (int64_t)(end - w->start));
+  /* The main program is mapping 1 when known: pprof treats mapping 1 as the binary. */
+  for (size_t i = 0; i < p->n_modules; i++)
+    if (p->exe[0] && !strcmp(p->modules[i].path, p->exe))
+      mapping_of(p, (int)i);
+  if (sorted) {
+    for (size_t i = from; i < to && !ret; i++)
+      ret = add_entry(p, kind, &t->slots[p->order[i]]);
+  } else {
+    for (size_t i = 0; i < t->cap && !ret; i++)
+      if (t->slots[i].used && n++ >= from && n <= to)
+        ret = add_entry(p, kind, &t->slots[i]);
+  }
+  if (kind == KIND_GPU_TIME && w->represented) {
+    snprintf(comment, sizeof(comment),
+             "%llu unsampled launches are represented by the weighted sampled ones",
+             (unsigned long long)w->represented);
+    pprof_builder_add_comment(p->b, comment);
+  }
+  if (w->overflow || w->late) {
+    snprintf(comment, sizeof(comment),
+             "window: %llu events lost their stack (too many distinct stacks), %llu arrived "
+             "late and were added to this window",
+             (unsigned long long)w->overflow, (unsigned long long)w->late);
+    pprof_builder_add_comment(p->b, comment);
+  }
+  return ret;
+}
+
+/*
+ * Pyroscope rejects a profile of more samples than its limit (16 000 by default, formats.md
+ * 2.4): a larger window goes up in parts of at most upload_max_samples, same labels and time
+ * (the server adds them up). The parts follow the stack order, so each is small.
+ */
+static void upload_parts(struct profiles *p, struct window *w, int kind, uint64_t end, int sorted)
+{
+  size_t used = w->t[kind].used, max = p->o.upload_max_samples;
+
+  for (size_t from = 0; from < used; from += max) {
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int ret = build(p, w, kind, end, sorted, from, from + max < used ? from + max : used);
+
+    if (!ret)
+      ret = pprof_builder_encode(p->b, PROFILES_GZIP_LEVEL, &buf, &len);
+    if (ret)
+      p->stats.upload_errors++;
+    else
+      upload(p, kind, buf, len, w->start, end);
+    free(buf);
+  }
+  p->stats.split_uploads++;
+}
+
 static void window_write(struct profiles *p, struct window *w, uint64_t end)
 {
-  char comment[256];
-
   for (int kind = 0; kind < PROFILES_KIND_COUNT; kind++) {
     struct table *t = &w->t[kind];
     uint8_t *buf = NULL;
     size_t len = 0;
-    int ret = 0;
+    int ret = 0, sorted, split;
 
     if (!t->used)
       continue;
@@ -618,40 +673,14 @@ static void window_write(struct profiles *p, struct window *w, uint64_t end)
       memset(p->frames, 0, p->frames_cap * sizeof(*p->frames));
       p->frames_used = 0;
     }
-    pprof_builder_reset(p->b);
-    p->epoch++;
-    set_types(p->b, kind);
-    pprof_builder_set_time(p->b, (int64_t)w->start, (int64_t)(end - w->start));
-    /* The main program is mapping 1 when known: pprof treats mapping 1 as the binary. */
-    for (size_t i = 0; i < p->n_modules; i++)
-      if (p->exe[0] && !strcmp(p->modules[i].path, p->exe))
-        mapping_of(p, (int)i);
-    if (!table_by_stack(p, t)) {
-      for (size_t i = 0; i < t->used && !ret; i++)
-        ret = add_entry(p, kind, &t->slots[p->order[i]]);
-    } else {
-      for (size_t i = 0; i < t->cap && !ret; i++)
-        if (t->slots[i].used)
-          ret = add_entry(p, kind, &t->slots[i]);
-    }
-    if (kind == KIND_GPU_TIME && w->represented) {
-      snprintf(comment, sizeof(comment),
-               "%llu unsampled launches are represented by the weighted sampled ones",
-               (unsigned long long)w->represented);
-      pprof_builder_add_comment(p->b, comment);
-    }
-    if (w->overflow || w->late) {
-      snprintf(comment, sizeof(comment),
-               "window: %llu events lost their stack (too many distinct stacks), %llu arrived "
-               "late and were added to this window",
-               (unsigned long long)w->overflow, (unsigned long long)w->late);
-      pprof_builder_add_comment(p->b, comment);
-    }
+    sorted = table_by_stack(p, t) == 0;
+    split = p->o.upload && p->o.upload_max_samples && t->used > p->o.upload_max_samples;
+    ret = build(p, w, kind, end, sorted, 0, t->used);
     if (!ret)
       ret = pprof_builder_encode(p->b, PROFILES_GZIP_LEVEL, &buf, &len);
     if (!ret) {
       p->stats.bytes += len;
-      if (p->o.upload)
+      if (p->o.upload && !split)
         upload(p, kind, buf, len, w->start, end);
       if (p->o.write_files)
         ret = write_file(p, kind, w->start, buf, len);
@@ -664,6 +693,9 @@ static void window_write(struct profiles *p, struct window *w, uint64_t end)
     if (ret)
       p->stats.write_errors++;
     free(buf);
+    /* After the file: the parts reuse the builder. */
+    if (split)
+      upload_parts(p, w, kind, end, sorted);
   }
   p->stats.windows++;
   p->stats.overflow += w->overflow;
@@ -931,6 +963,7 @@ int profiles_start(const struct config *cfg, struct alloc_map *allocs, struct st
       .grace_ns = 2 * cfg->flush_interval_ns,
       .write_files = cfg->profile_files,
       .upload = cfg->pyroscope_url[0] != '\0',
+      .upload_max_samples = (size_t)cfg->pyroscope_max_samples,
       .allocs = allocs,
       .stacks = stacks,
       .sample_every = sample_every,

@@ -26,9 +26,40 @@ from test_pyroscope import Receiver, Failed, check, eq  # noqa: E402
 SERIES = {"gpu_time": "gpu", "gpu_memory": "gpu_memory", "memcpy": "gpu_memcpy"}
 
 
+def check_parts(a, files, acc, summary):
+    """Windows larger than the server's limit arrive in parts of at most max_samples samples
+    whose samples and values add up to the file's."""
+    from receiver import check_pprof
+    split = 0
+    for f in files:
+        whole = check_pprof(open(f, "rb").read(), 1 << 30)
+        kind = next(k for k in SERIES if f"-{k}-" in os.path.basename(f))
+        parts = [x for x in acc if x["time_nanos"] == whole["time_nanos"]
+                 and x["sample_types"] == whole["sample_types"]]
+        check(parts, f"no upload for {os.path.basename(f)}")
+        for x in parts:
+            check(x["n_samples"] <= a.max_samples,
+                  f"{kind}: a part of {x['n_samples']} samples (limit {a.max_samples})")
+        eq(f"{kind}: samples of the parts", sum(x["n_samples"] for x in parts), whole["n_samples"])
+        eq(f"{kind}: values of the parts",
+           [sum(x["value_sums"][i] for x in parts) for i in range(len(whole["value_sums"]))],
+           whole["value_sums"])
+        want = -(-whole["n_samples"] // a.max_samples)
+        eq(f"{kind}: parts", len(parts), want)
+        split += want > 1
+    check(split, "no window was large enough to be split")
+    with open(summary) as fh:
+        s = json.load(fh)
+    eq("summary.pyroscope sent (one per part)", s["pyroscope"]["sent"], len(acc))
+    print(f"ok: {len(files)} profiles, {len(acc)} uploads, {split} split")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--api", default="push")
+    ap.add_argument("--max-samples", type=int, default=0,
+                    help="the server's limit: larger windows must arrive in parts")
     ap.add_argument("cmd", nargs="+")
     a = ap.parse_args()
     work = os.environ["E2E_WORKDIR"]
@@ -40,7 +71,7 @@ def main():
     base_env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
     base = subprocess.run(a.cmd, env=base_env, capture_output=True, text=True, timeout=60)
 
-    r = Receiver(work, 0)
+    r = Receiver(work, 0, *(["--max-samples", str(a.max_samples)] if a.max_samples else []))
     try:
         r.wait_ready()
         port = int(open(r.ready).read())
@@ -48,6 +79,8 @@ def main():
                    GPUPROF_PYROSCOPE_API=a.api, GPUPROF_APP_NAME="pprof-work",
                    GPUPROF_TAGS="env=ci", GPUPROF_K8S_POD="work-0", GPUPROF_K8S_NAMESPACE="gpu",
                    GPUPROF_K8S_NODE="node-1", NO_PROXY="127.0.0.1")
+        if a.max_samples:
+            env["GPUPROF_PYROSCOPE_MAX_SAMPLES"] = str(a.max_samples)
         for k in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
             env.pop(k, None)
         t = time.monotonic()
@@ -74,6 +107,8 @@ def main():
     recs = r.records()
     eq("rejected requests", [x for x in recs if "rejected" in x], [])
     acc = r.accepted()
+    if a.max_samples:
+        return check_parts(a, files, acc, summary)
     got = {x["sha256"]: x for x in acc}
     eq("uploads (one per profile file)", len(acc), len(files))
     eq("uploaded profiles == written files", sorted(got), sorted(written))

@@ -136,7 +136,7 @@ PROFILE = {
 }
 
 
-def check_pprof(raw):
+def check_pprof(raw, max_samples=MAX_SAMPLES):
     """Pyroscope's ValidateProfile and pprof's CheckValid; returns a summary of the profile."""
     data = raw
     if raw[:2] == b"\x1f\x8b":
@@ -166,8 +166,8 @@ def check_pprof(raw):
         if "-" in n:
             raise Reject(400, f"sample type '{n}' contains '-'")
     samples = p.get("sample", [])
-    if len(samples) > MAX_SAMPLES:
-        raise Reject(400, f"{len(samples)} samples, over {MAX_SAMPLES}")
+    if len(samples) > max_samples:
+        raise Reject(400, f"{len(samples)} samples, over {max_samples}")
     fn_ids, loc_ids = set(), set()
     functions = {}
     for f in p.get("function", []):
@@ -206,7 +206,8 @@ def check_pprof(raw):
         raise Reject(400, f"time_nanos {t} outside [now-1h, now+10m]")
     if "period_type" not in p:
         raise Reject(400, "no period_type (the profile type id would end in '::')")
-    return {"sample_types": names,
+    sums = [sum(smp.get("value", [0] * len(types))[i] for smp in samples) for i in range(len(types))]
+    return {"sample_types": names, "n_samples": len(samples), "value_sums": sums,
             "functions": sorted(set(functions.values())),
             "leaf_functions": [f for lid in leaves for f in loc_fn.get(lid, [])[:1]],
             "time_nanos": t, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
@@ -317,7 +318,7 @@ class Handler(BaseHTTPRequestHandler):
             for series in req.get("series", []):
                 labels = check_labels(series.get("labels", []))
                 for smp in series.get("samples", []):
-                    prof = check_pprof(smp.get("raw_profile", b""))
+                    prof = check_pprof(smp.get("raw_profile", b""), self.server.args.max_samples)
                     out.append({"api": "push", "labels": labels, **meta, **prof})
             if not out:
                 raise Reject(400, "no profiles in the request")
@@ -344,7 +345,7 @@ class Handler(BaseHTTPRequestHandler):
                 raw = part.get_payload(decode=True)
             if raw is None:
                 raise Reject(422, "no 'profile' file part")
-            prof = check_pprof(raw)
+            prof = check_pprof(raw, self.server.args.max_samples)
             for k in ("from", "until"):
                 if k in q and not q[k][0].isdigit():
                     raise Reject(400, f"{k}={q[k][0]!r}")
@@ -377,6 +378,7 @@ def main():
     ap.add_argument("--count", type=int, default=0, help="requests that misbehave")
     ap.add_argument("--delay", type=float, default=5.0, help="slow mode: seconds")
     ap.add_argument("--start-delay", type=float, default=0.0)
+    ap.add_argument("--max-samples", type=int, default=MAX_SAMPLES)
     ap.add_argument("--tenant")
     ap.add_argument("--user")
     ap.add_argument("--password", default="")
