@@ -18,7 +18,8 @@ struct slot {
   uint32_t stack_id;
   int16_t device;
   uint8_t kind;
-  uint8_t space; /* enum alloc_space + 1; 0 = empty */
+  uint8_t space;           /* enum alloc_space + 1; 0 = empty */
+  uint8_t inuse_stackless; /* counted in its in-use group without the stack (groups full) */
 };
 
 /* A group of allocations counted for the pprof windows (alloc_map_window). */
@@ -49,6 +50,9 @@ struct alloc_map {
   struct count_table counts[2];
   int active;
   uint64_t count_overflow;
+  /* Live allocations grouped the same way, kept as they come and go: a window's cut reads
+   * the groups (few) instead of scanning every live allocation under the lock. */
+  struct count_table inuse;
 };
 
 const char *alloc_kind_name(enum alloc_kind kind)
@@ -83,6 +87,7 @@ void alloc_map_free(struct alloc_map *m)
   free(m->slots);
   free(m->counts[0].slots);
   free(m->counts[1].slots);
+  free(m->inuse.slots);
   free(m);
 }
 
@@ -146,13 +151,25 @@ static struct alloc_device_stats *dev_stats(struct alloc_map *m, int32_t device)
   return &m->stats.dev[device + 1];
 }
 
+static struct count_slot *count_probe(struct count_table *t, uint32_t stack_id, const char *api,
+                                      int16_t device, uint8_t kind);
+
 static void account_free(struct alloc_map *m, const struct slot *s)
 {
   struct alloc_device_stats *d = dev_stats(m, s->device);
+  struct count_slot *c;
 
   d->frees++;
   d->bytes_freed += s->size;
   d->in_use -= s->size;
+  if (!m->inuse.cap)
+    return;
+  c = count_probe(&m->inuse, s->inuse_stackless ? 0 : s->stack_id, s->api, s->device, s->kind);
+  /* Absent only if its group could not be allocated when it was inserted. */
+  if (c->used && c->count) {
+    c->count--;
+    c->bytes -= s->size;
+  }
 }
 
 static uint64_t count_hash(uint32_t stack_id, const char *api, int16_t device, uint8_t kind)
@@ -189,28 +206,32 @@ static int count_grow(struct count_table *t)
   return 0;
 }
 
-/* Under the lock. Allocation APIs are slow (microseconds and up), so a malloc here when a
- * new group appears is noise; a full table drops the stack rather than grow without bound. */
-static void count_alloc(struct alloc_map *m, const struct alloc_info *info)
+/*
+ * Under the lock: info's group in t, added if new. Allocation APIs are slow (microseconds and
+ * up), so a malloc here when a new group appears is noise; a full table drops the stack
+ * (*stackless = 1) rather than grow without bound. NULL when out of memory.
+ */
+static struct count_slot *count_group(struct count_table *t, const struct alloc_info *info,
+                                      int *stackless)
 {
-  struct count_table *t = &m->counts[m->active];
   uint32_t stack_id = info->stack_id;
   int16_t device = (int16_t)info->device;
   struct count_slot *c;
 
+  *stackless = 0;
   if (!t->cap && count_grow(t))
-    return;
+    return NULL;
   c = count_probe(t, stack_id, info->api, device, info->kind);
   if (!c->used && stack_id && t->used >= ALLOC_COUNT_MAX_GROUPS) {
     /* Stack-less groups are few (APIs x devices x kinds): those may still be added. */
-    m->count_overflow++;
+    *stackless = 1;
     stack_id = 0;
     c = count_probe(t, stack_id, info->api, device, info->kind);
   }
   if (!c->used) {
     if ((t->used + 1) * 2 > t->cap) {
       if (count_grow(t))
-        return;
+        return NULL;
       c = count_probe(t, stack_id, info->api, device, info->kind);
     }
     c->used = 1;
@@ -220,8 +241,27 @@ static void count_alloc(struct alloc_map *m, const struct alloc_info *info)
     c->kind = info->kind;
     t->used++;
   }
-  c->count++;
-  c->bytes += info->size;
+  return c;
+}
+
+static void count_alloc(struct alloc_map *m, const struct alloc_info *info, struct slot *s)
+{
+  struct count_slot *c;
+  int stackless;
+
+  if ((c = count_group(&m->counts[m->active], info, &stackless))) {
+    m->count_overflow += (uint64_t)stackless;
+    c->count++;
+    c->bytes += info->size;
+  }
+  /* In use from now until its free. Without memory for the group, the allocation still counts
+   * in the stack-less group (which exists for every API once one was seen, or is created). */
+  c = count_group(&m->inuse, info, &stackless);
+  s->inuse_stackless = (uint8_t)stackless;
+  if (c) {
+    c->count++;
+    c->bytes += info->size;
+  }
 }
 
 int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
@@ -280,7 +320,7 @@ int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
   d->in_use += info->size;
   if (d->in_use > d->peak_in_use)
     d->peak_in_use = d->in_use;
-  count_alloc(m, info);
+  count_alloc(m, info, s);
 out:
   pthread_mutex_unlock(&m->lock);
   return ret;
@@ -358,23 +398,48 @@ void alloc_map_for_each(struct alloc_map *m, void (*fn)(const struct alloc_info 
   pthread_mutex_unlock(&m->lock);
 }
 
+/* Drops the in-use groups whose allocations were all freed, once they are half the table: a
+ * stream of short-lived call paths must not fill it for good. Under the lock. */
+static void inuse_compact(struct alloc_map *m)
+{
+  struct count_table *t = &m->inuse, fresh = {0};
+  size_t live = 0;
+
+  for (size_t i = 0; i < t->cap; i++)
+    live += t->slots[i].used && t->slots[i].count;
+  if (t->used < ALLOC_COUNT_MAX_GROUPS / 2 || live * 2 > t->used)
+    return;
+  fresh.cap = t->cap;
+  if (!(fresh.slots = calloc(fresh.cap, sizeof(*fresh.slots))))
+    return;
+  for (size_t i = 0; i < t->cap; i++)
+    if (t->slots[i].used && t->slots[i].count) {
+      const struct count_slot *s = &t->slots[i];
+      *count_probe(&fresh, s->stack_id, s->api, s->device, s->kind) = *s;
+      fresh.used++;
+    }
+  free(t->slots);
+  *t = fresh;
+}
+
 uint64_t alloc_map_window(struct alloc_map *m,
-                          void (*live)(const struct alloc_info *info, void *arg),
+                          void (*inuse)(const struct alloc_count *c, void *arg),
                           void (*allocated)(const struct alloc_count *c, void *arg), void *arg)
 {
   struct count_table *t;
   uint64_t overflow;
 
   pthread_mutex_lock(&m->lock);
-  if (live) {
-    struct alloc_info info;
-    for (size_t i = 0; i < m->cap; i++) {
-      if (!m->slots[i].space)
-        continue;
-      fill_info(&m->slots[i], &info);
-      live(&info, arg);
+  if (inuse) {
+    for (size_t i = 0; i < m->inuse.cap; i++) {
+      const struct count_slot *s = &m->inuse.slots[i];
+      if (s->used && s->count) {
+        struct alloc_count c = {s->stack_id, s->device, s->kind, s->api, s->count, s->bytes};
+        inuse(&c, arg);
+      }
     }
   }
+  inuse_compact(m);
   t = &m->counts[m->active];
   m->active ^= 1;
   overflow = m->count_overflow;

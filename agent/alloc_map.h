@@ -89,15 +89,17 @@ struct alloc_count {
 #define ALLOC_COUNT_MAX_GROUPS (1u << 16)
 
 /*
- * One consistent cut for a window's memory profile: under one hold of the lock, calls live()
- * for every live allocation and starts a new counting period; then, without the lock, calls
- * allocated() for every group counted in the period that just ended. So in-use at one cut
- * equals in-use at the previous cut plus what was allocated in between minus what was freed.
- * One caller at a time (the worker). Returns the allocations whose stack was dropped from
- * their group because the period had ALLOC_COUNT_MAX_GROUPS groups.
+ * One consistent cut for a window's memory profile: under one hold of the lock, calls inuse()
+ * for every group of live allocations (kept up to date at each insert and remove, so the cut
+ * costs the number of groups, not of allocations) and starts a new counting period; then,
+ * without the lock, calls allocated() for every group counted in the period that just ended.
+ * So in-use at one cut equals in-use at the previous cut plus what was allocated in between
+ * minus what was freed. One caller at a time (the worker); inuse() runs under the map's lock
+ * and must not call into the map. Returns the allocations whose stack was dropped from their
+ * group because the period had ALLOC_COUNT_MAX_GROUPS groups (in-use groups have the same cap).
  */
 uint64_t alloc_map_window(struct alloc_map *m,
-                          void (*live)(const struct alloc_info *info, void *arg),
+                          void (*inuse)(const struct alloc_count *c, void *arg),
                           void (*allocated)(const struct alloc_count *c, void *arg), void *arg);
 
 /* Calls fn for every live allocation, under the map's lock: fn must not call into the map. */

@@ -216,19 +216,19 @@ static void window_open(struct profiles *p, struct window *w, uint64_t start)
   (void)p;
 }
 
-static void live_add(const struct alloc_info *info, void *arg)
+static void live_add(const struct alloc_count *c, void *arg)
 {
   struct profiles *p = ((void **)arg)[0];
   struct window *w = ((void **)arg)[1];
-  struct key k = {(uint64_t)(uintptr_t)info->api, info->stack_id, info->device, info->kind};
+  struct key k = {(uint64_t)(uintptr_t)c->api, c->stack_id, c->device, c->kind};
   struct entry *e = table_get(p, w, &w->t[KIND_MEMORY], k);
 
   if (!e) {
     p->stats.lost++;
     return;
   }
-  e->v[2] += 1;
-  e->v[3] += (int64_t)info->size;
+  e->v[2] += (int64_t)c->count;
+  e->v[3] += (int64_t)c->bytes;
 }
 
 static void allocated_add(const struct alloc_count *c, void *arg)

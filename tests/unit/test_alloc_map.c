@@ -1,6 +1,7 @@
 /* Unit tests of the live-allocation map (agent/alloc_map.c). */
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "agent/alloc_map.h"
 #include "unit.h"
@@ -166,9 +167,72 @@ static void test_threads(void)
   alloc_map_free(shared);
 }
 
+/* In-use and allocated groups of a window cut, summed by stack id (stacks 1..4). */
+struct cut {
+  uint64_t inuse_count[5], inuse_bytes[5], alloc_count[5], alloc_bytes[5];
+  int groups;
+};
+
+static void on_inuse(const struct alloc_count *c, void *arg)
+{
+  struct cut *k = arg;
+  k->inuse_count[c->stack_id] += c->count;
+  k->inuse_bytes[c->stack_id] += c->bytes;
+  k->groups++;
+}
+
+static void on_alloc(const struct alloc_count *c, void *arg)
+{
+  struct cut *k = arg;
+  k->alloc_count[c->stack_id] += c->count;
+  k->alloc_bytes[c->stack_id] += c->bytes;
+}
+
+static void test_window_groups(void)
+{
+  struct alloc_map *m = alloc_map_new(0);
+  struct alloc_info in = info(1000, 0, ALLOC_KIND_DEVICE);
+  struct cut k = {0};
+
+  /* Stack 1: three of 1000, one freed. Stack 2: one of 500, then its address is reused
+   * by stack 3 (the free was not seen: replaced). */
+  in.stack_id = 1;
+  for (uint64_t a = 1; a <= 3; a++)
+    CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, a << 20, &in), 0);
+  CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VA, 2 << 20, NULL), 0);
+  in = info(500, 0, ALLOC_KIND_DEVICE);
+  in.stack_id = 2;
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 9 << 20, &in), 0);
+  in = info(700, 0, ALLOC_KIND_DEVICE);
+  in.stack_id = 3;
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VA, 9 << 20, &in), 0);
+  CHECK_EQ(alloc_map_window(m, on_inuse, on_alloc, &k), 0);
+  CHECK_EQ(k.inuse_count[1], 2);
+  CHECK_EQ(k.inuse_bytes[1], 2000);
+  CHECK_EQ(k.inuse_count[2], 0); /* replaced: no longer in use */
+  CHECK_EQ(k.inuse_bytes[3], 700);
+  CHECK_EQ(k.groups, 2); /* the emptied group of stack 2 is not reported */
+  CHECK_EQ(k.alloc_count[1], 3);
+  CHECK_EQ(k.alloc_bytes[1], 3000);
+  CHECK_EQ(k.alloc_bytes[2], 500);
+  CHECK_EQ(k.alloc_bytes[3], 700);
+
+  /* Next window: stack 1's last two freed, nothing allocated. */
+  memset(&k, 0, sizeof(k));
+  CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VA, 1 << 20, NULL), 0);
+  CHECK_EQ(alloc_map_remove(m, ALLOC_SPACE_VA, 3 << 20, NULL), 0);
+  CHECK_EQ(alloc_map_window(m, on_inuse, on_alloc, &k), 0);
+  CHECK_EQ(k.inuse_count[1], 0);
+  CHECK_EQ(k.inuse_bytes[3], 700);
+  CHECK_EQ(k.groups, 1);
+  CHECK_EQ(k.alloc_count[1] + k.alloc_count[2] + k.alloc_count[3], 0);
+  alloc_map_free(m);
+}
+
 int main(void)
 {
   RUN(test_accounting);
+  RUN(test_window_groups);
   RUN(test_many);
   RUN(test_limit);
   RUN(test_threads);
