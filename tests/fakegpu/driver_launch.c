@@ -26,7 +26,7 @@ struct fg_library {
   struct fg_module *module;
 };
 
-static struct fg_module *g_modules;   /* every module ever loaded: functions outlive unload */
+static struct fg_module *g_modules; /* every module ever loaded: functions outlive unload */
 static atomic_uint g_module_id;
 
 /* ---- interned names: kernel records point at them until the process ends ---- */
@@ -62,7 +62,7 @@ const char *fg_intern(const char *s)
 /* ---- kernel durations ---- */
 
 struct override {
-  const char *name;           /* interned; NULL for the default */
+  const char *name; /* interned; NULL for the default */
   uint64_t ns;
   struct override *next;
 };
@@ -171,8 +171,8 @@ static int collect_fn(const struct fg_image_function *fn, void *arg)
     c->failed = 1;
     return 1;
   }
-  c->funcs[c->n++] = (struct fg_func){FUNC_MAGIC, name, fn->num_regs, fn->static_smem,
-                                      fn->max_threads, NULL};
+  c->funcs[c->n++] =
+      (struct fg_func){FUNC_MAGIC, name, fn->num_regs, fn->static_smem, fn->max_threads, NULL};
   return 0;
 }
 
@@ -209,7 +209,7 @@ static CUresult load_image(const void *image, struct fg_module **out)
   if (rc < 0 || c.failed) {
     free(c.funcs);
     fg_log("module image %p not loaded (%d)", image, rc);
-    return c.failed ? CUDA_ERROR_OUT_OF_MEMORY
+    return c.failed         ? CUDA_ERROR_OUT_OF_MEMORY
            : rc == -ENOTSUP ? CUDA_ERROR_NOT_SUPPORTED
                             : CUDA_ERROR_INVALID_IMAGE;
   }
@@ -444,28 +444,28 @@ FG_API CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
   return FG_EXIT(CUDA_SUCCESS);
 }
 
+/* cuKernelGetName and cuFuncGetName: a kernel handle is its function's. */
+static CUresult name_of(const char **name, const void *handle)
+{
+  struct fg_func *f = func_get(handle);
+  if (!f)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (!name)
+    return CUDA_ERROR_INVALID_VALUE;
+  *name = f->name;
+  return CUDA_SUCCESS;
+}
+
 FG_API CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
 {
   FG_ENTER(cuKernelGetName, NULL, name, hfunc);
-  struct fg_func *f = func_get(hfunc);
-  if (!f)
-    return FG_EXIT(CUDA_ERROR_INVALID_HANDLE);
-  if (!name)
-    return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
-  *name = f->name;
-  return FG_EXIT(CUDA_SUCCESS);
+  return FG_EXIT(name_of(name, hfunc));
 }
 
 FG_API CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 {
   FG_ENTER(cuFuncGetName, NULL, name, hfunc);
-  struct fg_func *f = func_get(hfunc);
-  if (!f)
-    return FG_EXIT(CUDA_ERROR_INVALID_HANDLE);
-  if (!name)
-    return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
-  *name = f->name;
-  return FG_EXIT(CUDA_SUCCESS);
+  return FG_EXIT(name_of(name, hfunc));
 }
 
 FG_API CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
@@ -477,13 +477,25 @@ FG_API CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib,
   if (!pi)
     return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
   switch (attrib) {
-  case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = f->max_threads ? f->max_threads : 1024; break;
-  case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = f->static_smem; break;
-  case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = f->num_regs > 0 ? f->num_regs : 32; break;
+  case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+    *pi = f->max_threads ? f->max_threads : 1024;
+    break;
+  case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+    *pi = f->static_smem;
+    break;
+  case CU_FUNC_ATTRIBUTE_NUM_REGS:
+    *pi = f->num_regs > 0 ? f->num_regs : 32;
+    break;
   case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-  case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;
-  case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = 232448 - f->static_smem; break;
-  default: *pi = 0; break;
+  case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+    *pi = 90;
+    break;
+  case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+    *pi = 232448 - f->static_smem;
+    break;
+  default:
+    *pi = 0;
+    break;
   }
   return FG_EXIT(CUDA_SUCCESS);
 }
@@ -535,8 +547,8 @@ FG_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsi
                                        unsigned int sharedMemBytes, CUstream hStream,
                                        void **kernelParams, void **extra)
 {
-  FG_ENTER(cuLaunchKernel, sym(f), f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
-           blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+  FG_ENTER(cuLaunchKernel, sym(f), f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+           sharedMemBytes, hStream, kernelParams, extra);
   unsigned g[3] = {gridDimX, gridDimY, gridDimZ}, b[3] = {blockDimX, blockDimY, blockDimZ};
   return FG_EXIT(launch(func_get(f), g, b, sharedMemBytes, hStream, 0,
                         CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR, NULL));
@@ -562,8 +574,8 @@ FG_API CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gri
                                                   unsigned int sharedMemBytes, CUstream hStream,
                                                   void **kernelParams)
 {
-  FG_ENTER(cuLaunchCooperativeKernel, sym(f), f, gridDimX, gridDimY, gridDimZ, blockDimX,
-           blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+  FG_ENTER(cuLaunchCooperativeKernel, sym(f), f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+           blockDimZ, sharedMemBytes, hStream, kernelParams);
   unsigned g[3] = {gridDimX, gridDimY, gridDimZ}, b[3] = {blockDimX, blockDimY, blockDimZ};
   return FG_EXIT(launch(func_get(f), g, b, sharedMemBytes, hStream, 0,
                         CUPTI_ACTIVITY_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE, NULL));
