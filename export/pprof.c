@@ -70,13 +70,16 @@ struct encoder {
   int z_ready, z_level;
   uint8_t *stage, *out;
   size_t stage_len, stage_cap, out_len, out_cap;
-  Perftools__Profiles__Sample samples[BATCH], *sample_ptrs[BATCH];
-  Perftools__Profiles__Label *labels, **label_ptrs;
-  size_t labels_cap;
+  /* A batch of samples; labels[i] is the packed Label of the builder's label i, label_bufs
+   * the batch's samples' labels. */
+  Perftools__Profiles__SampleView samples[BATCH], *sample_ptrs[BATCH];
+  ProtobufCBinaryData *labels, *label_bufs;
+  uint8_t *label_bytes;
+  size_t labels_cap, label_bufs_cap, label_bytes_cap;
   /* Location ids as written: order[k] is the builder's location written with id k + 1, and
    * id_of[i] the id written for the builder's location i + 1; ids holds a batch's samples'
    * location ids, renumbered. */
-  uint64_t *order, *id_of, *ids;
+  uint32_t *order, *id_of, *ids;
   size_t order_cap, ids_cap;
   Perftools__Profiles__Location locations[BATCH], *location_ptrs[BATCH];
   Perftools__Profiles__Line lines[BATCH], *line_ptrs[BATCH];
@@ -99,7 +102,9 @@ struct pprof_builder {
   VEC(struct sample) samples;
   VEC(uint32_t) sample_locs; /* location indexes (id - 1): half the memory of the ids */
   VEC(int64_t) sample_values;
-  VEC(struct label) sample_labels;
+  VEC(struct label) labels; /* distinct labels: a window has few (the `gpu` values) */
+  struct index label_index;
+  VEC(uint32_t) sample_labels; /* label indexes */
   VEC(int64_t) comments;
 
   int64_t types[MAX_SAMPLE_TYPES][2];
@@ -141,13 +146,24 @@ static uint64_t mix(uint64_t h, uint64_t x)
   return h ^ (h >> 29);
 }
 
-static uint64_t hash_bytes(const char *s)
+/*
+ * The string's hash, 8 bytes a step (multiply and rotate; mix's avalanche at the end): every
+ * string handed to the builder is hashed, most of them already interned, and a byte-at-a-time
+ * hash was the largest cost of building a window (docs/PERFORMANCE.md).
+ */
+static uint64_t hash_bytes(const char *s, size_t len)
 {
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = 0xcbf29ce484222325ull ^ len, w;
 
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 0x100000001b3ull;
+  for (; len >= 8; s += 8, len -= 8) {
+    memcpy(&w, s, 8);
+    h = (h ^ w) * 0x9fb21c651e98df25ull;
+    h = h << 29 | h >> 35;
+  }
+  if (len) {
+    w = 0;
+    memcpy(&w, s, len);
+    h = (h ^ w) * 0x9fb21c651e98df25ull;
   }
   return mix(h, 0);
 }
@@ -227,7 +243,7 @@ struct pprof_builder *pprof_builder_new(void)
   if (!b)
     return NULL;
   for (size_t i = 0; i < BATCH; i++) {
-    perftools__profiles__sample__init(&b->enc.samples[i]);
+    perftools__profiles__sample_view__init(&b->enc.samples[i]);
     b->enc.sample_ptrs[i] = &b->enc.samples[i];
     b->enc.location_ptrs[i] = &b->enc.locations[i];
     b->enc.function_ptrs[i] = &b->enc.functions[i];
@@ -254,6 +270,8 @@ void pprof_builder_free(struct pprof_builder *b)
   free(b->samples.v);
   free(b->sample_locs.v);
   free(b->sample_values.v);
+  free(b->labels.v);
+  index_free(&b->label_index);
   free(b->sample_labels.v);
   free(b->comments.v);
   if (b->enc.z_ready)
@@ -261,7 +279,8 @@ void pprof_builder_free(struct pprof_builder *b)
   free(b->enc.stage);
   free(b->enc.out);
   free(b->enc.labels);
-  free(b->enc.label_ptrs);
+  free(b->enc.label_bufs);
+  free(b->enc.label_bytes);
   free(b->enc.order);
   free(b->enc.id_of);
   free(b->enc.ids);
@@ -282,6 +301,8 @@ void pprof_builder_reset(struct pprof_builder *b)
   b->samples.n = 0;
   b->sample_locs.n = 0;
   b->sample_values.n = 0;
+  b->labels.n = 0;
+  index_clear(&b->label_index);
   b->sample_labels.n = 0;
   b->comments.n = 0;
   b->n_types = 0;
@@ -390,22 +411,25 @@ static char *utf8_sanitized(const char *s)
 int64_t pprof_builder_string(struct pprof_builder *b, const char *s)
 {
   uint64_t h;
-  size_t slot;
+  size_t len, slot;
   long pos;
   char *copy, *clean;
 
   if (!s || !*s)
     return 0;
+  len = strlen(s);
+  h = hash_bytes(s, len);
+  /* The table holds only valid UTF-8 (what is not is added sanitized), so a string found in it
+   * needs no check: only new strings, and those that are not UTF-8, are scanned. */
+  pos = index_find(b, &b->string_index, h, string_eq, s, &slot);
+  if (pos >= 0)
+    return pos;
   if ((clean = utf8_sanitized(s)) != NULL) {
     pos = pprof_builder_string(b, clean);
     free(clean);
     return pos;
   }
-  h = hash_bytes(s);
-  pos = index_find(b, &b->string_index, h, string_eq, s, &slot);
-  if (pos >= 0)
-    return pos;
-  copy = arena_copy(b, s, strlen(s));
+  copy = arena_copy(b, s, len);
   if (!copy || VEC_PUSH(b, b->strings, copy))
     return 0;
   if (index_add(&b->string_index, h, slot, b->strings.n - 1)) {
@@ -525,38 +549,78 @@ uint64_t pprof_builder_location(struct pprof_builder *b, uint64_t mapping_id, ui
   return b->locations.n;
 }
 
-int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_ids, size_t n_locs,
-                             const int64_t *values, size_t n_values,
-                             const struct pprof_label *labels, size_t n_labels)
+static int label_eq(const struct pprof_builder *b, size_t pos, const void *key)
 {
-  struct sample s = {b->sample_locs.n, b->sample_labels.n, (uint32_t)n_locs, (uint32_t)n_labels};
+  const struct label *l = &b->labels.v[pos], *k = key;
+  return l->key == k->key && l->str == k->str && l->num == k->num && l->num_unit == k->num_unit;
+}
 
+/* The index of label l in b->labels, added if new; -1 when out of memory. */
+static long label_intern(struct pprof_builder *b, const struct label *l)
+{
+  uint64_t h = mix(mix(mix(mix(3, (uint64_t)l->key), (uint64_t)l->str), (uint64_t)l->num),
+                   (uint64_t)l->num_unit);
+  size_t slot;
+  long pos = index_find(b, &b->label_index, h, label_eq, l, &slot);
+
+  if (pos >= 0)
+    return pos;
+  if (VEC_PUSH(b, b->labels, *l))
+    return -1;
+  if (index_add(&b->label_index, h, slot, b->labels.n - 1)) {
+    b->failed = 1;
+    return -1;
+  }
+  return (long)b->labels.n - 1;
+}
+
+uint64_t pprof_builder_label(struct pprof_builder *b, const struct pprof_label *label)
+{
+  struct label l = {.key = pprof_builder_string(b, label->key)};
+  long pos;
+
+  if (label->str) {
+    l.str = pprof_builder_string(b, label->str);
+  } else {
+    l.num = label->num;
+    l.num_unit = pprof_builder_string(b, label->num_unit);
+  }
+  if (b->failed || (pos = label_intern(b, &l)) < 0)
+    return 0;
+  return (uint64_t)pos + 1;
+}
+
+/* Checks a sample and makes room for it; its labels then go to sample_labels.v[n...]. */
+static int sample_reserve(struct pprof_builder *b, const uint64_t *location_ids, size_t n_locs,
+                          size_t n_values, size_t n_labels)
+{
   if (n_values != b->n_types)
     return -EINVAL;
   for (size_t i = 0; i < n_locs; i++)
     if (!location_ids[i] || location_ids[i] > b->locations.n)
       return -EINVAL;
-  if (vec_reserve((void **)&b->sample_locs.v, &b->sample_locs.cap, b->sample_locs.n + n_locs,
+  if (b->failed ||
+      vec_reserve((void **)&b->sample_locs.v, &b->sample_locs.cap, b->sample_locs.n + n_locs,
                   sizeof(uint32_t)) ||
       vec_reserve((void **)&b->sample_values.v, &b->sample_values.cap,
                   b->sample_values.n + n_values, sizeof(int64_t)) ||
       vec_reserve((void **)&b->sample_labels.v, &b->sample_labels.cap,
-                  b->sample_labels.n + n_labels, sizeof(struct label))) {
+                  b->sample_labels.n + n_labels, sizeof(uint32_t))) {
     b->failed = 1;
     return -ENOMEM;
   }
-  for (size_t i = 0; i < n_labels; i++) {
-    struct label l = {.key = pprof_builder_string(b, labels[i].key)};
-    if (labels[i].str) {
-      l.str = pprof_builder_string(b, labels[i].str);
-    } else {
-      l.num = labels[i].num;
-      l.num_unit = pprof_builder_string(b, labels[i].num_unit);
-    }
-    b->sample_labels.v[b->sample_labels.n++] = l;
-  }
-  if (b->failed || VEC_PUSH(b, b->samples, s))
+  return 0;
+}
+
+/* Adds the sample whose labels sample_reserve's caller wrote. */
+static int sample_commit(struct pprof_builder *b, const uint64_t *location_ids, size_t n_locs,
+                         const int64_t *values, size_t n_values, size_t n_labels)
+{
+  struct sample s = {b->sample_locs.n, b->sample_labels.n, (uint32_t)n_locs, (uint32_t)n_labels};
+
+  if (VEC_PUSH(b, b->samples, s))
     return -ENOMEM;
+  b->sample_labels.n += n_labels;
   for (size_t i = 0; i < n_locs; i++) {
     b->locations.v[location_ids[i] - 1].uses++;
     b->sample_locs.v[b->sample_locs.n++] = (uint32_t)(location_ids[i] - 1);
@@ -564,6 +628,36 @@ int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_i
   memcpy(b->sample_values.v + b->sample_values.n, values, n_values * sizeof(int64_t));
   b->sample_values.n += n_values;
   return 0;
+}
+
+int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_ids, size_t n_locs,
+                             const int64_t *values, size_t n_values,
+                             const struct pprof_label *labels, size_t n_labels)
+{
+  int ret = sample_reserve(b, location_ids, n_locs, n_values, n_labels);
+
+  for (size_t i = 0; !ret && i < n_labels; i++) {
+    uint64_t id = pprof_builder_label(b, &labels[i]);
+
+    if (!id)
+      return -ENOMEM;
+    b->sample_labels.v[b->sample_labels.n + i] = (uint32_t)(id - 1);
+  }
+  return ret ? ret : sample_commit(b, location_ids, n_locs, values, n_values, n_labels);
+}
+
+int pprof_builder_add_sample_labels(struct pprof_builder *b, const uint64_t *location_ids,
+                                    size_t n_locs, const int64_t *values, size_t n_values,
+                                    const uint64_t *label_ids, size_t n_labels)
+{
+  int ret = sample_reserve(b, location_ids, n_locs, n_values, n_labels);
+
+  for (size_t i = 0; !ret && i < n_labels; i++) {
+    if (!label_ids[i] || label_ids[i] > b->labels.n)
+      return -EINVAL;
+    b->sample_labels.v[b->sample_labels.n + i] = (uint32_t)(label_ids[i] - 1);
+  }
+  return ret ? ret : sample_commit(b, location_ids, n_locs, values, n_values, n_labels);
 }
 
 size_t pprof_builder_sample_count(const struct pprof_builder *b)
@@ -582,7 +676,9 @@ size_t pprof_builder_location_count(const struct pprof_builder *b)
  * serialized protobuf message is the concatenation of its fields, and concatenated messages
  * parse as their merge, so the Profile is written as a sequence of small Profile messages
  * packed by protobuf-c: first the scalars, sample types and mappings, then batches of
- * samples, locations, functions and strings. Each batch is packed into a fixed staging buffer
+ * samples, locations, functions and strings. Samples, the per-sample path, are packed through
+ * lean views of Profile and Sample (SampleBatch, SampleView: same field numbers, same bytes,
+ * fewer fields for protobuf-c to walk). Each batch is packed into a fixed staging buffer
  * that stays in cache and is handed to deflate when full. Nothing here allocates in steady
  * state: the batch structs, the staging buffer, the zlib stream and the output buffer live in
  * the builder and are reused window after window.
@@ -591,8 +687,9 @@ size_t pprof_builder_location_count(const struct pprof_builder *b)
 /* Upper bounds of a message's packed size (tag + length prefix + fields; 10 bytes a varint),
  * so that a batch is packed straight into the staging buffer without a sizing pass. */
 #define FRAME_BOUND 16u
+#define LABEL_BOUND (4 * 11u)
 #define SAMPLE_BOUND(n_locs, n_values, n_labels)                                                   \
-  (3 * FRAME_BOUND + 10u * (n_locs) + 10u * (n_values) + (FRAME_BOUND + 44u) * (n_labels))
+  (3 * FRAME_BOUND + 10u * (n_locs) + 10u * (n_values) + (FRAME_BOUND + LABEL_BOUND) * (n_labels))
 #define LOCATION_BOUND (2 * FRAME_BOUND + 6 * 11u)
 #define FUNCTION_BOUND (FRAME_BOUND + 5 * 11u)
 #define MAPPING_BOUND (FRAME_BOUND + 10 * 11u)
@@ -721,33 +818,18 @@ static int encode_header(struct pprof_builder *b)
   return ret;
 }
 
-static int labels_reserve(struct encoder *e, size_t n)
+/* Grows *v (of elements of `size` bytes) to hold at least n; 0 or -ENOMEM. */
+static int scratch_reserve(void **v, size_t *cap, size_t n, size_t size)
 {
-  void *l = realloc(e->labels, n * sizeof(*e->labels));
+  void *p;
 
-  if (!l)
-    return -ENOMEM;
-  e->labels = l;
-  l = realloc(e->label_ptrs, n * sizeof(*e->label_ptrs));
-  if (!l)
-    return -ENOMEM;
-  e->label_ptrs = l;
-  e->labels_cap = n;
-  for (size_t i = 0; i < n; i++) {
-    perftools__profiles__label__init(&e->labels[i]);
-    e->label_ptrs[i] = &e->labels[i];
-  }
-  return 0;
-}
-
-static int ids_reserve(struct encoder *e, size_t n)
-{
-  void *p = realloc(e->ids, n * sizeof(*e->ids));
-
+  if (n <= *cap)
+    return 0;
+  p = realloc(*v, n * size);
   if (!p)
     return -ENOMEM;
-  e->ids = p;
-  e->ids_cap = n;
+  *v = p;
+  *cap = n;
   return 0;
 }
 
@@ -763,7 +845,8 @@ static int number_locations(struct pprof_builder *b)
 {
   struct encoder *e = &b->enc;
   size_t i, n = b->locations.n, count[256];
-  uint64_t max = 0, *tmp;
+  uint64_t max = 0;
+  uint32_t *tmp;
 
   if (n > e->order_cap) {
     void *o = realloc(e->order, n * sizeof(*e->order));
@@ -777,7 +860,7 @@ static int number_locations(struct pprof_builder *b)
     e->order_cap = n;
   }
   for (i = 0; i < n; i++) {
-    e->order[i] = i;
+    e->order[i] = (uint32_t)i;
     if (b->locations.v[i].uses > max)
       max = b->locations.v[i].uses;
   }
@@ -801,65 +884,92 @@ static int number_locations(struct pprof_builder *b)
     e->id_of = tmp;
   }
   for (i = 0; i < n; i++)
-    e->id_of[e->order[i]] = i + 1;
+    e->id_of[e->order[i]] = (uint32_t)(i + 1);
   return 0;
 }
 
+/*
+ * Packs each distinct label once, as a Label, with protobuf-c: a sample then carries the
+ * bytes (SampleView's `label` is a bytes field, the same on the wire as a Label field), so
+ * packing a sample does not walk a Label message per label.
+ */
+static int pack_labels(struct pprof_builder *b)
+{
+  struct encoder *e = &b->enc;
+  Perftools__Profiles__Label m = PERFTOOLS__PROFILES__LABEL__INIT;
+  size_t off = 0;
+
+  if (scratch_reserve((void **)&e->labels, &e->labels_cap, b->labels.n, sizeof(*e->labels)) ||
+      scratch_reserve((void **)&e->label_bytes, &e->label_bytes_cap, b->labels.n * LABEL_BOUND, 1))
+    return -ENOMEM;
+  for (size_t i = 0; i < b->labels.n; i++) {
+    m.key = b->labels.v[i].key;
+    m.str = b->labels.v[i].str;
+    m.num = b->labels.v[i].num;
+    m.num_unit = b->labels.v[i].num_unit;
+    e->labels[i].data = e->label_bytes + off;
+    e->labels[i].len = perftools__profiles__label__pack(&m, e->label_bytes + off);
+    off += e->labels[i].len;
+  }
+  return 0;
+}
+
+/* Samples, BATCH at a time (fewer when their ids or labels fill the scratch arrays). */
 static int encode_samples(struct pprof_builder *b)
 {
   struct encoder *e = &b->enc;
-  Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
-  size_t i = 0, j, n_labels, n_ids, bound;
-  int ret;
+  Perftools__Profiles__SampleBatch p = PERFTOOLS__PROFILES__SAMPLE_BATCH__INIT;
+  size_t i = 0, n_labels, n_ids, bound;
+  int ret = pack_labels(b);
 
+  if (!ret && (scratch_reserve((void **)&e->ids, &e->ids_cap, IDS_BATCH, sizeof(*e->ids)) ||
+               scratch_reserve((void **)&e->label_bufs, &e->label_bufs_cap, LABEL_BATCH,
+                               sizeof(*e->label_bufs))))
+    ret = -ENOMEM;
   p.sample = e->sample_ptrs;
-  while (i < b->samples.n) {
-    p.n_sample = 0;
-    n_labels = 0;
-    n_ids = 0;
-    bound = 0;
-    /* A batch: up to BATCH samples and LABEL_BATCH labels, but always one sample. */
-    for (; i < b->samples.n && p.n_sample < BATCH; i++) {
+  while (!ret && i < b->samples.n) {
+    p.n_sample = n_labels = n_ids = bound = 0;
+    for (; i < b->samples.n && p.n_sample < BATCH; i++, p.n_sample++) {
       const struct sample *s = &b->samples.v[i];
-      Perftools__Profiles__Sample *m = &e->samples[p.n_sample];
+      Perftools__Profiles__SampleView *m = &e->samples[p.n_sample];
+      const uint32_t *locs = b->sample_locs.v + s->loc_off;
+      const uint32_t *labels = b->sample_labels.v + s->label_off;
+      const uint32_t *id_of = e->id_of;
+      size_t n = s->n_locs, n_l = s->n_labels;
+      uint32_t *ids;
+      ProtobufCBinaryData *lb;
 
-      if (n_labels + s->n_labels > e->labels_cap || n_ids + s->n_locs > e->ids_cap) {
+      if (n_labels + n_l > e->label_bufs_cap || n_ids + n > e->ids_cap) {
         /* Grown only while the batch is empty: the batch's samples point into these. */
         if (p.n_sample)
           break;
-        if ((s->n_labels > e->labels_cap &&
-             labels_reserve(e, s->n_labels > LABEL_BATCH ? s->n_labels : LABEL_BATCH)) ||
-            (s->n_locs > e->ids_cap &&
-             ids_reserve(e, s->n_locs > IDS_BATCH ? s->n_locs : IDS_BATCH)))
+        if (scratch_reserve((void **)&e->ids, &e->ids_cap, n, sizeof(*e->ids)) ||
+            scratch_reserve((void **)&e->label_bufs, &e->label_bufs_cap, n_l,
+                            sizeof(*e->label_bufs)))
           return -ENOMEM;
       }
-      for (j = 0; j < s->n_locs; j++)
-        e->ids[n_ids + j] = e->id_of[b->sample_locs.v[s->loc_off + j]];
+      ids = e->ids + n_ids;
+      for (size_t j = 0; j < n; j++)
+        ids[j] = id_of[locs[j]];
+      lb = e->label_bufs + n_labels;
+      for (size_t j = 0; j < n_l; j++)
+        lb[j] = e->labels[labels[j]];
       /* Every field is set: the batch structs were initialized once (descriptors). */
-      for (j = 0; j < s->n_labels; j++) {
-        const struct label *l = &b->sample_labels.v[s->label_off + j];
-        Perftools__Profiles__Label *lm = &e->labels[n_labels + j];
-        lm->key = l->key;
-        lm->str = l->str;
-        lm->num = l->num;
-        lm->num_unit = l->num_unit;
-      }
-      m->n_location_id = s->n_locs;
-      m->location_id = e->ids + n_ids;
-      n_ids += s->n_locs;
+      m->n_location_id = n;
+      m->location_id = ids;
       m->n_value = b->n_types;
       m->value = b->sample_values.v + i * b->n_types;
-      m->n_label = s->n_labels;
-      m->label = e->label_ptrs + n_labels;
-      n_labels += s->n_labels;
-      bound += SAMPLE_BOUND(s->n_locs, b->n_types, s->n_labels);
-      p.n_sample++;
+      m->n_label = n_l;
+      m->label = lb;
+      n_ids += n;
+      n_labels += n_l;
+      bound += SAMPLE_BOUND(n, b->n_types, n_l);
     }
-    ret = stage_pack(b, &p, bound);
-    if (ret)
-      return ret;
+    ret = stage_reserve(b, bound);
+    if (!ret)
+      e->stage_len += perftools__profiles__sample_batch__pack(&p, e->stage + e->stage_len);
   }
-  return 0;
+  return ret;
 }
 
 static int encode_locations(struct pprof_builder *b)

@@ -73,6 +73,15 @@ int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_i
                              const int64_t *values, size_t n_values,
                              const struct pprof_label *labels, size_t n_labels);
 
+/* A label's id, interned (the same label twice gets the same id), for
+ * pprof_builder_add_sample_labels: a caller that adds the same few labels to every sample
+ * interns them once per profile. 0 when out of memory. */
+uint64_t pprof_builder_label(struct pprof_builder *b, const struct pprof_label *label);
+/* pprof_builder_add_sample with labels given by their ids. */
+int pprof_builder_add_sample_labels(struct pprof_builder *b, const uint64_t *location_ids,
+                                    size_t n_locs, const int64_t *values, size_t n_values,
+                                    const uint64_t *label_ids, size_t n_labels);
+
 size_t pprof_builder_sample_count(const struct pprof_builder *b);
 size_t pprof_builder_location_count(const struct pprof_builder *b);
 

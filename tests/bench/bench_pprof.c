@@ -1,4 +1,4 @@
-/* pprof windows: encode+compress time and size of a large window, and memory over many windows. */
+/* pprof windows: encode+compress time and size of a large window, and memory over a long run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,15 +142,34 @@ static void bench_encode(int stacks, int leaves, int depth, int shared, int roun
   free(frames);
 }
 
-/* Part 2: the agent's window code over many windows of steady traffic (simulated clock):
- * 2 000 stacks, 18 000 kernels, 2 000 copies, 200 allocations and 200 frees per window. */
-static void bench_windows(int windows, const char *dir)
+static long hwm_kib(void)
+{
+  char line[128];
+  long kib = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+
+  while (f && fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return kib;
+}
+
+/*
+ * Part 2: the agent's window code over a long run of steady traffic on a simulated clock:
+ * windows of window_s seconds (15, the default window: 240 of them are an hour). Every
+ * simulated second: 2 000 stacks, 18 000 kernels, 2 000 copies, 200 allocations of which 100
+ * are freed at once and 100 kept until the next second (100 live). Every window is closed
+ * (memory cut, 3 profiles built, encoded, written). RSS is printed along the way.
+ */
+static void bench_windows(int windows, int window_s, const char *dir)
 {
   struct stack_table *st = stack_table_new(64 << 20);
   struct alloc_map *am = alloc_map_new(0);
   struct profiles_options o = {
       .output_dir = dir,
-      .window_ns = 1000000000ull,
+      .window_ns = (uint64_t)window_s * 1000000000ull,
       .grace_ns = 200000000ull,
       .write_files = 1,
       .allocs = am,
@@ -159,13 +178,14 @@ static void bench_windows(int windows, const char *dir)
       .host = "bench",
       .pid = (int)getpid(),
   };
+  static const char *const names[4] = {"_Z4gemmv", "_Z4reluv", "_Z7softmaxv", "_Z4normv"};
   uint32_t ids[2000];
   uint64_t kept[100];
   uint64_t t = 1700000000000000000ull, key = 0x10000;
   struct profiles *p;
   struct profiles_stats stats;
-  long first = 0;
-  uint64_t event_ns = 0, tick_ns = 0, c0;
+  uint64_t event_ns = 0, tick_ns = 0, c0, t0 = mono_ns();
+  int step = windows / 6 > 0 ? windows / 6 : 1; /* RSS printed 6 times, and at 1, 10, 60, 120 */
 
   for (int i = 0; i < 2000; i++) {
     uint64_t f[16];
@@ -176,52 +196,55 @@ static void bench_windows(int windows, const char *dir)
   p = profiles_new(&o, t);
   for (int w = 0; w < windows; w++) {
     uint64_t base = t + (uint64_t)w * o.window_ns;
-    c0 = cpu_ns();
-    for (int i = 0; i < 20000; i++) {
-      struct event ev = {.kind = i % 10 ? EVENT_KERNEL : EVENT_MEMCPY,
-                         .start_ns = base + (uint64_t)i * 40000,
-                         .end_ns = base + (uint64_t)i * 40000 + 3000};
-      struct corr_info api = {.corr_id = 1, .stack_id = ids[i % 2000], .weight = 1};
-      static const char *const names[4] = {"_Z4gemmv", "_Z4reluv", "_Z7softmaxv", "_Z4normv"};
-      if (ev.kind == EVENT_KERNEL) {
-        ev.u.kernel.name = names[i & 3];
-      } else {
-        ev.u.memcpy.bytes = 4096;
-        ev.u.memcpy.copy_kind = EVENT_COPY_HTOD;
+
+    for (int sec = 0; sec < window_s; sec++) {
+      uint64_t sbase = base + (uint64_t)sec * 1000000000ull;
+
+      c0 = cpu_ns();
+      for (int i = 0; i < 20000; i++) {
+        struct event ev = {.kind = i % 10 ? EVENT_KERNEL : EVENT_MEMCPY,
+                           .start_ns = sbase + (uint64_t)i * 40000,
+                           .end_ns = sbase + (uint64_t)i * 40000 + 3000};
+        struct corr_info api = {.corr_id = 1, .stack_id = ids[i % 2000], .weight = 1};
+        if (ev.kind == EVENT_KERNEL) {
+          ev.u.kernel.name = names[i & 3];
+        } else {
+          ev.u.memcpy.bytes = 4096;
+          ev.u.memcpy.copy_kind = EVENT_COPY_HTOD;
+        }
+        profiles_event(p, &ev, &api);
       }
-      profiles_event(p, &ev, &api);
-    }
-    event_ns += cpu_ns() - c0;
-    /* Steady state: the 100 kept in the previous window are freed, 100 new ones kept. */
-    for (int i = 0; i < 200; i++) {
-      struct alloc_info ai = {
-          .size = 1 << 16, .kind = ALLOC_KIND_DEVICE, .api = "cuMemAlloc_v2", .stack_id = ids[i]};
-      if (w > 0 && i < 100)
-        alloc_map_remove(am, ALLOC_SPACE_VA, kept[i], NULL);
-      alloc_map_insert(am, ALLOC_SPACE_VA, ++key, &ai);
-      if (i & 1)
-        alloc_map_remove(am, ALLOC_SPACE_VA, key, NULL);
-      else
-        kept[i / 2] = key;
+      event_ns += cpu_ns() - c0;
+      /* Steady state: the 100 kept in the previous second are freed, 100 new ones kept. */
+      for (int i = 0; i < 200; i++) {
+        struct alloc_info ai = {
+            .size = 1 << 16, .kind = ALLOC_KIND_DEVICE, .api = "cuMemAlloc_v2", .stack_id = ids[i]};
+        if ((w > 0 || sec > 0) && i < 100)
+          alloc_map_remove(am, ALLOC_SPACE_VA, kept[i], NULL);
+        alloc_map_insert(am, ALLOC_SPACE_VA, ++key, &ai);
+        if (i & 1)
+          alloc_map_remove(am, ALLOC_SPACE_VA, key, NULL);
+        else
+          kept[i / 2] = key;
+      }
     }
     c0 = cpu_ns();
     profiles_tick(p, base + o.window_ns + o.grace_ns);
     tick_ns += cpu_ns() - c0;
-    if (w == 9)
-      first = rss_kib();
-    if ((w + 1) % (windows / 10 ? windows / 10 : 1) == 0)
-      printf("windows: after %d windows RSS %ld KiB\n", w + 1, rss_kib());
+    if (w + 1 == 1 || w + 1 == 10 || w + 1 == 60 || w + 1 == 120 || (w + 1) % step == 0)
+      printf("windows: after window %d (%d s simulated): RSS %ld KiB\n", w + 1, (w + 1) * window_s,
+             rss_kib());
   }
   profiles_finish(p, t + (uint64_t)windows * o.window_ns);
   profiles_get_stats(p, &stats);
-  printf("windows: %llu windows, %llu files, %llu bytes; RSS after window 10: %ld KiB, at the "
-         "end: %ld KiB\n",
-         (unsigned long long)stats.windows, (unsigned long long)stats.files,
-         (unsigned long long)stats.bytes, first, rss_kib());
+  printf("windows: %llu windows of %d s (%d s simulated, %.1f s to run), %llu files, %llu "
+         "bytes; RSS at the end %ld KiB, peak %ld KiB\n",
+         (unsigned long long)stats.windows, window_s, windows * window_s, (mono_ns() - t0) / 1e9,
+         (unsigned long long)stats.files, (unsigned long long)stats.bytes, rss_kib(), hwm_kib());
   /* What the worker spends: per device event (the launch path's share), and per window. */
   printf("windows: CPU %.1f ns per profiles_event, %.2f ms per window closed (memory cut, "
          "3 profiles built, encoded and written)\n",
-         (double)event_ns / ((double)windows * 20000), (double)tick_ns / 1e6 / windows);
+         (double)event_ns / ((double)windows * window_s * 20000), (double)tick_ns / 1e6 / windows);
   profiles_free(p);
   alloc_map_free(am);
   stack_table_free(st);
@@ -298,30 +321,38 @@ static void bench_agent_window(int depth, int shared, int rounds, const char *di
 
 int main(int argc, char **argv)
 {
-  int windows = argc > 1 ? atoi(argv[1]) : 200;
+  int windows = argc > 1 ? atoi(argv[1]) : 240;
   int rounds = argc > 2 ? atoi(argv[2]) : 5;
   int depth = argc > 3 ? atoi(argv[3]) : 24;
-  char dir[] = "/tmp/bench_pprof.XXXXXX";
+  int window_s = argc > 4 ? atoi(argv[4]) : 15;
+  /* BENCH_PPROF_ONLY=encode|agent|windows runs one part; BENCH_PPROF_KEEP=DIR writes the
+   * agent's profiles there and keeps them (for go tool pprof). */
+  const char *only = getenv("BENCH_PPROF_ONLY"), *keep = getenv("BENCH_PPROF_KEEP");
+  char tmp[] = "/tmp/bench_pprof.XXXXXX";
+  const char *dir = keep ? keep : tmp;
 
-  if (!mkdtemp(dir)) {
+  if (!keep && !mkdtemp(tmp)) {
     perror("mkdtemp");
     return 1;
   }
   if (depth < 1 || depth > 64)
     depth = 24;
-  for (int shared = 1; shared >= 0; shared--) {
+  for (int shared = 1; shared >= 0 && (!only || !strcmp(only, "encode")); shared--) {
     bench_encode(10000, 10, depth, shared, rounds, 1, shared ? getenv("BENCH_PPROF_DUMP") : NULL);
     bench_encode(10000, 10, depth, shared, rounds, 6, NULL);
   }
-  bench_agent_window(depth, 1, rounds, dir);
-  bench_agent_window(depth, 0, rounds, dir);
-  bench_windows(windows, dir);
+  if (!only || !strcmp(only, "agent")) {
+    bench_agent_window(depth, 1, rounds, dir);
+    bench_agent_window(depth, 0, rounds, dir);
+  }
+  if (!only || !strcmp(only, "windows"))
+    bench_windows(windows, window_s > 0 ? window_s : 15, dir);
   /* The profiles are not needed: only their count and size are reported. */
-  {
+  if (!keep) {
     char cmd[64];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     if (system(cmd) != 0)
-      fprintf(stderr, "bench_pprof: could not remove %s\n", dir);
+      fprintf(stderr, "bench_pprof: could not remove %s\n", tmp);
   }
   return 0;
 }
