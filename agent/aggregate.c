@@ -9,6 +9,7 @@
 
 #include "agent/corr.h"
 #include "agent/ctx_map.h"
+#include "agent/graph_map.h"
 #include "agent/util/hash.h"
 #include "agent/util/log.h"
 
@@ -431,6 +432,22 @@ static void add_stack_copy(struct aggregate *a, const struct corr_info *info, ui
   e->gpu_time_ns += dur * info->weight;
 }
 
+/* The call a record's stack comes from: for a replayed graph node whose creation was seen,
+ * the capture-time stack, each record counted once (agent/graph_map.h, docs/PROFILES.md);
+ * otherwise the joined call. The joined call still names the API (the graph launch). */
+static const struct corr_info *stack_source(const struct event *ev, const struct corr_info *info,
+                                            struct corr_info *graph)
+{
+  uint32_t stack_id = graph_map_lookup(ev->graph_node_id);
+
+  if (!stack_id)
+    return info;
+  *graph = *info;
+  graph->stack_id = stack_id;
+  graph->weight = 1;
+  return graph;
+}
+
 static void widen_window(struct aggregate *a, const struct event *ev)
 {
   if (ev->flags & EVENT_F_NO_TIMING || !ev->start_ns)
@@ -452,7 +469,7 @@ int aggregate_event(struct aggregate *a, const struct event *ev, struct corr_inf
   const char *api;
   struct agg_kernel *k;
   struct agg_stream *s;
-  struct corr_info info;
+  struct corr_info info, graph;
 
   memset(&info, 0, sizeof(info));
 
@@ -472,7 +489,7 @@ int aggregate_event(struct aggregate *a, const struct event *ev, struct corr_inf
     } else {
       warn_oom(a);
     }
-    add_stack_kernel(a, &info, k, duration(ev));
+    add_stack_kernel(a, stack_source(ev, &info, &graph), k, duration(ev));
     if ((s = stream_get(a, ev)))
       s->kernels++;
     break;
@@ -480,7 +497,7 @@ int aggregate_event(struct aggregate *a, const struct event *ev, struct corr_inf
     struct agg_bucket *b =
         &t->memcpy[ev->u.memcpy.copy_kind < EVENT_COPY_KIND_COUNT ? ev->u.memcpy.copy_kind : 0];
     join(a, ev, &info);
-    add_stack_copy(a, &info, ev->u.memcpy.bytes, duration(ev));
+    add_stack_copy(a, stack_source(ev, &info, &graph), ev->u.memcpy.bytes, duration(ev));
     widen_window(a, ev);
     b->count++;
     b->bytes += ev->u.memcpy.bytes;

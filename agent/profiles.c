@@ -17,6 +17,7 @@
 #include "agent/config.h"
 #include "agent/corr.h"
 #include "agent/event.h"
+#include "agent/graph_map.h"
 #include "agent/stack.h"
 #include "agent/symbolize.h"
 #include "agent/uploader.h"
@@ -36,6 +37,10 @@ enum kind { KIND_GPU_TIME = 0, KIND_MEMORY, KIND_MEMCPY };
 #define PROFILES_GZIP_LEVEL 1
 #define LEAF_MEMSET 100u /* memcpy profile: leaf codes are copy kinds, or this */
 #define LEAF_PEER 101u
+/* gpu_time/memcpy keys: the work ran as a replayed graph node and stack_id is the stack that
+ * created the node (agent/graph_map.h); its samples get a "[cuda graph replay]" frame. */
+#define KEY_AUX_GRAPH 1u
+#define GRAPH_FRAME "[cuda graph replay]"
 
 /* One sample being aggregated: leaf is the kernel name (CUPTI's pointer: it stays valid
  * until cuptiFinalize, which runs after the last window is written), the memcpy direction
@@ -120,6 +125,7 @@ struct profiles {
   uint32_t stack_id;
   int stack_n;
   uint64_t stack_epoch, stack_locs[STACK_MAX_DEPTH];
+  uint64_t graph_loc_epoch, graph_loc; /* GRAPH_FRAME's location in the profile being built */
 };
 
 static const char *const kind_names[PROFILES_KIND_COUNT] = {"gpu_time", "gpu_memory", "memcpy"};
@@ -520,7 +526,7 @@ static int stack_locations(struct profiles *p, uint32_t stack_id, uint64_t *locs
 
 static int add_entry(struct profiles *p, int kind, const struct entry *e)
 {
-  uint64_t locs[STACK_MAX_DEPTH + 1];
+  uint64_t locs[STACK_MAX_DEPTH + 2];
   uint64_t label = device_label(p, e->k.device);
   int n = 0, nl = 0;
 
@@ -529,6 +535,15 @@ static int add_entry(struct profiles *p, int kind, const struct entry *e)
   locs[nl] = leaf_location(p, kind, &e->k);
   if (!locs[nl++])
     return -ENOMEM;
+  if (kind != KIND_MEMORY && e->k.aux & KEY_AUX_GRAPH) {
+    if (p->graph_loc_epoch != p->epoch) {
+      p->graph_loc = pprof_builder_location(
+          p->b, 0, 0, pprof_builder_function(p->b, GRAPH_FRAME, GRAPH_FRAME, NULL, 0), 0);
+      p->graph_loc_epoch = p->graph_loc ? p->epoch : 0;
+    }
+    if (!(locs[nl++] = p->graph_loc))
+      return -ENOMEM;
+  }
   if ((n = stack_locations(p, e->k.stack_id, locs + nl)) < 0)
     return n;
   nl += n;
@@ -864,7 +879,11 @@ void profiles_event(struct profiles *p, const struct event *ev, const struct cor
   if (!w)
     return;
   k.device = (int32_t)ev->device;
-  if (api && api->stack_id && api->weight) {
+  if (api && (k.stack_id = graph_map_lookup(ev->graph_node_id))) {
+    /* A replayed graph node: the stack that created it, every record counted (the graph
+     * launch's sampling does not apply: the node's stack was taken unsampled). */
+    k.aux = KEY_AUX_GRAPH;
+  } else if (api && api->stack_id && api->weight) {
     k.stack_id = api->stack_id;
     weight = api->weight;
   } else if (api && kind == KIND_GPU_TIME && p->o.sample_every > 1) {

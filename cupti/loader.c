@@ -78,6 +78,7 @@ static const struct {
     SYM(Finalize, "cuptiFinalize"),
     OPT(GetDeviceId, "cuptiGetDeviceId"),
     OPT(GetContextId, "cuptiGetContextId"),
+    OPT(GetGraphNodeId, "cuptiGetGraphNodeId"),
 #undef SYM
 #undef OPT
 };

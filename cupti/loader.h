@@ -37,6 +37,8 @@ struct cupti_api {
   /* Optional (NULL when missing): only refine which device an allocation is accounted to. */
   CUptiResult (*GetDeviceId)(CUcontext context, uint32_t *device_id);
   CUptiResult (*GetContextId)(CUcontext context, uint32_t *context_id);
+  /* Optional: without it graph kernels keep the graph launch's stack (agent/graph_map.h). */
+  CUptiResult (*GetGraphNodeId)(CUgraphNode node, uint64_t *node_id);
 };
 
 extern struct cupti_api cupti_fn;

@@ -13,7 +13,9 @@
 #include "agent/capture.h"
 #include "agent/corr.h"
 #include "agent/ctx_map.h"
+#include "agent/graph_map.h"
 #include "agent/hoststack.h"
+#include "agent/stack.h"
 #include "agent/thread.h"
 #include "agent/util/clock.h"
 #include "agent/util/counter.h"
@@ -31,6 +33,8 @@ static struct alloc_map *allocs;
 static struct striped_counter api_runtime, api_driver;
 static _Atomic uint64_t n_contexts, n_streams, n_graph_nodes;
 static _Atomic uint32_t call_epoch; /* bumped when API callbacks are switched off */
+/* Graph nodes get stacks only while API calls are traced (not in an idle on-demand agent). */
+static _Atomic int api_callbacks_on;
 
 /* ---- application-thread side (hot path) ---- */
 
@@ -250,6 +254,83 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   thread_pop_call(ts, cb->correlationId);
 }
 
+/* Graph instantiation clones every node of the graph: the GRAPHNODE_CREATED of a clone fires
+ * inside the instantiate call and says nothing about user code (its GRAPHNODE_CLONED carries
+ * the attribution). These calls are traced only to recognize that. */
+static const struct {
+  CUpti_CallbackDomain domain;
+  CUpti_CallbackId cbid;
+} instantiate_cbids[] = {
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithFlags_v11040},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_v12000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API,
+     CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_ptsz_v12000},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz},
+};
+
+#define N_INSTANTIATE (sizeof(instantiate_cbids) / sizeof(instantiate_cbids[0]))
+
+static int is_instantiate(uint8_t domain, uint16_t cbid)
+{
+  CUpti_CallbackDomain d =
+      domain == CORR_DOMAIN_RUNTIME ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
+
+  for (unsigned i = 0; i < N_INSTANTIATE; i++)
+    if (instantiate_cbids[i].domain == d && instantiate_cbids[i].cbid == cbid)
+      return 1;
+  return 0;
+}
+
+/*
+ * GRAPHNODE_CREATED: the node id -> the stack of the call that created it (a launch or copy
+ * on a capturing stream, which CUPTI encloses in its ENTER/EXIT, or an untraced
+ * cuGraphAdd*Node with no call open). The open call's stack is reused when it has one (a
+ * sampled launch); otherwise one is taken now, unsampled at any stacks policy but off: this
+ * is capture time, once per node, and every replay of the node is attributed to it.
+ * GRAPHNODE_CLONED: the clone inherits the original's entry. Not a hot path; the map's
+ * writers share a mutex and nothing else.
+ */
+static void on_graph_node(CUpti_CallbackId cbid, const CUpti_GraphData *gd)
+{
+  struct thread_state *ts;
+  struct thread_call *top;
+  struct corr_info info;
+  uint64_t node = 0, original = 0;
+  uint32_t stack_id, weight;
+  struct graph_map *m;
+
+  if (!gd || !gd->node || !cupti_fn.GetGraphNodeId ||
+      cupti_fn.GetGraphNodeId(gd->node, &node) != CUPTI_SUCCESS || !node)
+    return;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+    if (gd->originalNode && (m = graph_map_peek()) &&
+        cupti_fn.GetGraphNodeId(gd->originalNode, &original) == CUPTI_SUCCESS)
+      graph_map_clone(m, original, node);
+    return;
+  }
+  if (!atomic_load_explicit(&api_callbacks_on, memory_order_relaxed))
+    return;
+  ts = thread_state_get();
+  /* Calls left open when API callbacks were last switched off are not open now. */
+  top = ts->call_epoch == atomic_load_explicit(&call_epoch, memory_order_relaxed)
+            ? thread_top_call(ts)
+            : NULL;
+  stack_id = top ? top->stack_id : STACK_ID_NONE;
+  if (top && corr_table_lookup(corr, top->corr_id, &info) == 0 &&
+      is_instantiate(info.domain, info.cbid))
+    return;
+  if (!stack_id)
+    hoststack_capture(ts, HOSTSTACK_CALL_MEMORY, &stack_id, &weight);
+  if (stack_id && (m = graph_map_global()))
+    graph_map_set(m, node, stack_id);
+}
+
 static void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
 {
   uint32_t uid, dev;
@@ -267,8 +348,8 @@ static void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
     break;
   case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
   case CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED:
-    /* Later: node id -> the capture-time call's stack. Counted for now. */
     atomic_fetch_add_explicit(&n_graph_nodes, 1, memory_order_relaxed);
+    on_graph_node(cbid, rd->resourceDescriptor);
     break;
   default:
     break;
@@ -416,6 +497,15 @@ static unsigned set_api_callbacks(uint32_t enable)
                 table[i].cbid, table[i].domain, cupti_result_string(res));
     }
   }
+  /* Not counted as failures: without them the CREATED of a clone looks like an untraced
+   * cuGraphAdd*Node and takes the instantiate call's stack, until its CLONED copies the
+   * original's over it. */
+  for (unsigned i = 0; i < N_INSTANTIATE; i++)
+    if (cupti_fn.EnableCallback(enable, subscriber, instantiate_cbids[i].domain,
+                                instantiate_cbids[i].cbid) != CUPTI_SUCCESS)
+      log_debug("cannot %s callback %u in domain %d", enable ? "enable" : "disable",
+                instantiate_cbids[i].cbid, instantiate_cbids[i].domain);
+  atomic_store_explicit(&api_callbacks_on, enable != 0, memory_order_relaxed);
   return failed;
 }
 

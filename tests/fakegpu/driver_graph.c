@@ -8,9 +8,12 @@
 /*
  * A graph is a list of nodes executed in creation order (the dependencies that capture and
  * the Add*Node calls pass are accepted but replay is sequential on the launch stream, which
- * is one valid schedule). Instantiation snapshots the node list without cloning: replayed
- * records carry the ids of the original graph and nodes, and no GRAPHNODE_CLONED callback is
- * delivered. Graph objects are kept after destruction (marked dead) so stale handles stay
+ * is one valid schedule). Instantiation clones every node as the real driver does (cupti.md
+ * 1.2 item 6): inside the instantiate call each clone gets a new node id, GRAPHNODE_CREATED
+ * (for the clone) and then GRAPHNODE_CLONED (node = clone, originalNode = the graph's node)
+ * are delivered, and replayed records carry the clone's graphNodeId, so a tool must re-key
+ * what it learnt at the original's creation. Records keep the id of the instantiated graph
+ * as graphId. Graph objects are kept after destruction (marked dead) so stale handles stay
  * harmless.
  */
 
@@ -415,30 +418,74 @@ FG_API CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
 
 /* ---- instantiate and launch ---- */
 
+/* The clone of n made by an instantiation: a new id, the same work. CREATED and CLONED fire
+ * from the instantiating thread, inside the instantiate call (what tools rely on to skip the
+ * CREATED of clones). The CUpti_GraphData of both names the instantiated graph as graph (and
+ * originalGraph) and the exec being built as graphExec: the real driver's internal clone graph
+ * is not modelled. */
+static struct fg_node *node_clone(struct fg_graph *g, const struct fg_node *n, CUgraphExec exec)
+{
+  struct fg_node *c = calloc(1, sizeof(*c));
+  CUpti_GraphData d;
+
+  if (!c)
+    return NULL;
+  c->magic = NODE_MAGIC;
+  c->id = atomic_fetch_add(&g_node_id, 1) + 1;
+  c->graph = g;
+  c->type = n->type;
+  c->op = n->op;
+  memset(&d, 0, sizeof(d));
+  d.graph = (CUgraph)g;
+  d.node = (CUgraphNode)c;
+  d.nodeType = c->type;
+  d.graphExec = exec;
+  fg_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g->ctx, NULL, &d);
+  d.originalGraph = (CUgraph)g;
+  d.originalNode = (CUgraphNode)n;
+  fg_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, g->ctx, NULL, &d);
+  return c;
+}
+
 FG_API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                                     unsigned long long flags)
 {
   FG_ENTER(cuGraphInstantiateWithFlags, NULL, phGraphExec, hGraph, flags);
   struct fg_graph *g = graph_get(hGraph);
+  struct fg_node **orig = NULL;
+  size_t n = 0;
   if (!g || !phGraphExec)
     return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
   struct fg_exec *e = calloc(1, sizeof(*e));
   if (!e)
     return FG_EXIT(CUDA_ERROR_OUT_OF_MEMORY);
+  /* The node list is snapshot under the lock; callbacks are delivered without it. */
   pthread_mutex_lock(&fg_lock);
-  e->nodes = malloc((g->n ? g->n : 1) * sizeof(*e->nodes));
-  if (e->nodes) {
-    memcpy(e->nodes, g->nodes, g->n * sizeof(*e->nodes));
-    e->n = g->n;
-  }
+  n = g->n;
+  orig = malloc((n ? n : 1) * sizeof(*orig));
+  e->nodes = malloc((n ? n : 1) * sizeof(*e->nodes));
+  if (orig && e->nodes)
+    memcpy(orig, g->nodes, n * sizeof(*orig));
   pthread_mutex_unlock(&fg_lock);
-  if (!e->nodes) {
+  if (!orig || !e->nodes) {
+    free(orig);
+    free(e->nodes);
     free(e);
     return FG_EXIT(CUDA_ERROR_OUT_OF_MEMORY);
   }
   e->magic = EXEC_MAGIC;
   e->id = atomic_fetch_add(&g_exec_id, 1) + 1;
   e->graph = g;
+  for (size_t i = 0; i < n; i++) {
+    if (!(e->nodes[i] = node_clone(g, orig[i], (CUgraphExec)e))) {
+      /* Clones already announced stay allocated (handles are never freed, see top). */
+      e->magic = 0;
+      free(orig);
+      return FG_EXIT(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    e->n = i + 1;
+  }
+  free(orig);
   pthread_mutex_lock(&fg_lock);
   e->next = g_execs;
   g_execs = e;
@@ -462,7 +509,7 @@ FG_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 }
 
 /* Replays the nodes in order on the stream. Per-node records carry the launch's
- * correlation id and graphId/graphNodeId; with GRAPH_TRACE on, one GraphTrace2 record per
+ * correlation id, the instantiated graph's graphId and the clone's graphNodeId; with GRAPH_TRACE on, one GraphTrace2 record per
  * launch replaces them (cupti.md 6.7). */
 static CUresult graph_launch(CUgraphExec h, CUstream hs, int ptsz)
 {

@@ -191,6 +191,14 @@ struct node_seen {
 };
 static struct node_seen g_nodes[16];
 static int g_nnodes;
+/* GRAPHNODE_CLONED: the original's and the clone's ids, and the enclosing call. */
+struct clone_seen {
+  uint64_t original, clone;
+  uint32_t enclosing_cbid;
+  int exec_set;
+};
+static struct clone_seen g_clones[16];
+static int g_nclones;
 
 static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                  const void *data)
@@ -244,6 +252,17 @@ static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain domain, CUpti_Ca
         cuptiGetGraphNodeId(g->node, &n->id);
         n->enclosing_cbid = t_open >= 0 ? g_calls[t_open].cbid : 0;
         n->enclosing_corr = t_open >= 0 ? g_calls[t_open].corr : 0;
+      }
+      break;
+    case CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED:
+      if (g_nclones < 16) {
+        const CUpti_GraphData *g = r->resourceDescriptor;
+        struct clone_seen *c = &g_clones[g_nclones++];
+        uint32_t exec_id = 0;
+        cuptiGetGraphNodeId(g->originalNode, &c->original);
+        cuptiGetGraphNodeId(g->node, &c->clone);
+        c->enclosing_cbid = t_open >= 0 ? g_calls[t_open].cbid : 0;
+        c->exec_set = cuptiGetGraphExecId(g->graphExec, &exec_id) == CUPTI_SUCCESS && exec_id;
       }
       break;
     default: break;
@@ -519,23 +538,38 @@ static void workload(void)
         slow ? (unsigned long long)(slow->u.k.end - slow->u.k.start) : 0ull);
   CHECK(find_kernel(capture_launch, 0) == NULL, "a capture-time launch executed");
 
-  /* Graph replays: one kernel and one memset per launch, with the node ids of capture. */
-  CHECK(g_nnodes == 2, "%d GRAPHNODE_CREATED callbacks", g_nnodes);
+  /* Graph replays: one kernel and one memset per launch. Capture created nodes 0 and 1;
+   * instantiation cloned them (CREATED inside the instantiate call, then CLONED naming the
+   * original), and the replayed records carry the clones' ids (cupti.md 1.2 item 6). */
+  CHECK(g_nnodes == 4, "%d GRAPHNODE_CREATED callbacks", g_nnodes);
   CHECK(g_nnodes >= 1 && g_nodes[0].enclosing_cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel &&
             g_nodes[0].enclosing_corr == capture_launch,
         "GRAPHNODE_CREATED not inside the capturing launch");
+  CHECK(g_nnodes >= 2 && g_nodes[1].enclosing_cbid == CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+        "memset node not created inside the capturing memset");
+  for (int i = 2; i < 4 && i < g_nnodes; i++)
+    CHECK(g_nodes[i].enclosing_cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags &&
+              g_nodes[i].id != g_nodes[0].id && g_nodes[i].id != g_nodes[1].id,
+          "clone %d: CREATED outside the instantiate call or with an original's id", i);
+  CHECK(g_nclones == 2, "%d GRAPHNODE_CLONED callbacks", g_nclones);
+  for (int i = 0; i < 2 && i < g_nclones && g_nnodes >= 4; i++)
+    CHECK(g_clones[i].original == g_nodes[i].id && g_clones[i].clone == g_nodes[2 + i].id &&
+              g_clones[i].enclosing_cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags &&
+              g_clones[i].exec_set,
+          "GRAPHNODE_CLONED %d: %llu -> %llu", i, (unsigned long long)g_clones[i].original,
+          (unsigned long long)g_clones[i].clone);
   CHECK(g_graph_created == 1 && g_graphexec_created == 1, "graph callbacks %d %d",
         g_graph_created, g_graphexec_created);
   uint32_t launches[2] = {launch1, launch2};
-  for (int i = 0; i < 2 && g_nnodes >= 2; i++) {
-    struct rec *k = find_kernel(launches[i], g_nodes[0].id);
+  for (int i = 0; i < 2 && g_nnodes >= 4; i++) {
+    struct rec *k = find_kernel(launches[i], g_nodes[2].id);
     CHECK(k && k->u.k.graphId == graph_id && k->u.k.streamId == sid1,
           "graph launch %u kernel record", launches[i]);
     int sets = 0;
     for (int j = 0; j < g_nrecs; j++)
       sets += g_recs[j].kind == CUPTI_ACTIVITY_KIND_MEMSET &&
               g_recs[j].u.s.correlationId == launches[i] &&
-              g_recs[j].u.s.graphNodeId == g_nodes[1].id && g_recs[j].u.s.bytes == 256;
+              g_recs[j].u.s.graphNodeId == g_nodes[3].id && g_recs[j].u.s.bytes == 256;
     CHECK(sets == 1, "graph launch %u: %d memset records", launches[i], sets);
   }
 
