@@ -333,7 +333,10 @@ static void kernel_add_stream(struct aggregate *a, struct agg_kernel *k, const s
 /*
  * The join: kernels, memsets and memory records by correlationId; memcpys by their runtime
  * correlation id when it is set and known (the user-visible call), else by the driver one.
- * Returns the API's base name, or "?" (counted as unknown) when the call was not seen.
+ * A call nested in another on its thread (a driver call inside a runtime call, if CUPTI
+ * reports those: cupti/subscriber.c) stands for its outermost call, the one the user made,
+ * whichever id CUPTI put on the record. Returns the API's base name, or "?" (counted as
+ * unknown) when the call was not seen.
  */
 static const char *join(struct aggregate *a, const struct event *ev, struct corr_info *info)
 {
@@ -347,6 +350,12 @@ static const char *join(struct aggregate *a, const struct event *ev, struct corr
     memset(info, 0, sizeof(*info));
     a->totals.joins_unknown++;
     return UNKNOWN_API;
+  }
+  if (info->parent_corr_id) {
+    struct corr_info outer;
+    /* Gone only if the ring wrapped while the outer call was open: keep the nested one. */
+    if (corr_table_lookup(a->corr, info->parent_corr_id, &outer) == 0)
+      *info = outer;
   }
   if (info->domain == CORR_DOMAIN_RUNTIME)
     a->totals.joins_runtime++;

@@ -714,7 +714,10 @@ static void write_gpu(const struct event *ev, const struct corr_info *api)
   s.end_ns = ev->end_ns;
   s.device = ev->device;
   s.stream = ev->stream;
-  s.corr_id = ev->corr_id;
+  /* The call the slice is joined to (the user's, cupti/subscriber.c): equal to the record's
+   * id unless CUPTI reported the work under a nested driver call, and the id that the API
+   * slice and the flow carry in either case. */
+  s.corr_id = api && api->corr_id ? api->corr_id : ev->corr_id;
   s.graph_id = ev->graph_id;
   s.graph_node_id = ev->graph_node_id;
   switch (ev->kind) {

@@ -196,6 +196,20 @@ static void stack_for_call(struct thread_state *ts, const struct cbid_entry *e, 
   hoststack_capture(ts, call, stack_id, weight);
 }
 
+/*
+ * Whether CUDA's runtime delivers nested DRIVER callbacks for the driver work of a runtime call
+ * (and CUDA 13's __cudaLaunchKernel a nested cudaLaunchKernel) is not verified on hardware
+ * (cupti.md 3.6 [U]); the agent must give the same answers either way. A nested call shares
+ * the outermost call's stack (stack_for_call), names the outermost call as its parent (the
+ * aggregate joins its device records to that call: the user's), is not counted as an API call
+ * of its own, and is no slice in a trace capture. tests/nested runs the checks in both worlds
+ * (FAKEGPU_NESTED).
+ */
+static uint32_t outermost_call(const struct thread_state *ts)
+{
+  return ts->depth > 0 ? ts->open[0].corr_id : 0;
+}
+
 static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
 {
   const struct cbid_entry *e = cbid_lookup(domain, cbid);
@@ -220,17 +234,17 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
         .enter_ns = clock_realtime_ns(),
     };
     stack_for_call(ts, e, &info.stack_id, &info.weight);
+    info.parent_corr_id = outermost_call(ts);
     thread_push_call(ts, cb->correlationId, dom, is_memory);
     if ((top = thread_top_call(ts))) {
       top->stack_id = info.stack_id;
       top->weight = info.weight;
       top->enter_ns = info.enter_ns;
     }
-    if (dom == CORR_DOMAIN_DRIVER)
-      info.parent_corr_id = thread_parent_runtime(ts);
     corr_table_enter(corr, &info);
-    striped_counter_add(dom == CORR_DOMAIN_RUNTIME ? &api_runtime : &api_driver, ts->counter_slot,
-                        1);
+    if (!info.parent_corr_id)
+      striped_counter_add(dom == CORR_DOMAIN_RUNTIME ? &api_runtime : &api_driver, ts->counter_slot,
+                          1);
     return;
   }
 
@@ -241,12 +255,13 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   if (capture_api_active()) {
     exit_ns = clock_realtime_ns();
     /* Queued before the exit time is published: a GPU record joined to a call that has
-     * returned then finds the call in the capture's queue (agent/capture.c, flows). */
-    capture_api_exit(ts, cb->correlationId, cb->functionName,
-                     e && (e->cls == CBID_LAUNCH || e->cls == CBID_MEMCPY) &&
-                         (dom == CORR_DOMAIN_RUNTIME || !thread_parent_runtime(ts)) &&
-                         call_succeeded(cb),
-                     exit_ns);
+     * returned then finds the call in the capture's queue (agent/capture.c, flows). Only the
+     * outermost call of the thread: the user's call, whose slice the flow starts from. */
+    if (ts->depth <= 1)
+      capture_api_exit(ts, cb->correlationId, cb->functionName,
+                       e && (e->cls == CBID_LAUNCH || e->cls == CBID_MEMCPY) &&
+                           call_succeeded(cb),
+                       exit_ns);
     corr_table_exit(corr, cb->correlationId, exit_ns);
   }
   if (is_memory && !thread_inside_memory_call(ts) && call_succeeded(cb))

@@ -1,9 +1,11 @@
 /* API call bracketing: correlation ids, DRIVER/RUNTIME callbacks and records, tool hooks. */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/fakegpu/driver.h"
 #include "tests/fakegpu/fakegpu.h"
+#include "tests/fakegpu/nested.h"
 
 /*
  * Correlation ids (cupti.md 3.6, 7.4 item 3): one process-wide counter from 1 shared by the
@@ -19,6 +21,11 @@
  * and runtimeCorrelationId). A driver API called directly (also from inside a runtime call
  * without the internal bracket) gets its own id; its memcpy records carry the driver id in
  * correlationId and the enclosing runtime id (or 0) in runtimeCorrelationId.
+ *
+ * FAKEGPU_NESTED=driver (nested.h) surfaces the driver calls a runtime call makes inside its
+ * own internal bracket (not the context binding before its ENTER, not the driver's calls to
+ * itself) as nested DRIVER calls with ids of their own; records made inside them carry the
+ * frame's `records` id: the driver id, or for launches the enclosing runtime call's id.
  */
 
 #define FG_MAX_FRAMES 64
@@ -26,6 +33,7 @@
 struct frame {
   CUpti_CallbackDomain domain;
   uint32_t corr;
+  uint32_t records; /* the id records made inside this call carry */
 };
 
 struct rt_call {
@@ -37,10 +45,12 @@ struct rt_call {
   uint64_t start;
   uint64_t cdata;
   int entered;
+  int internal_base; /* t_internal at ENTER: the call's own bracket is one above it */
 };
 
 static _Atomic(const struct fg_tool *) g_tool;
 static atomic_uint g_corr;
+static atomic_uint g_nested; /* FAKEGPU_NESTED_* bits */
 
 static __thread struct frame t_frames[FG_MAX_FRAMES];
 static __thread int t_depth;
@@ -74,10 +84,35 @@ static const struct fg_driver_ops g_ops = {
 static void fork_prepare(void) { pthread_mutex_lock(&fg_lock); }
 static void fork_release(void) { pthread_mutex_unlock(&fg_lock); }
 
+static unsigned parse_nested(const char *v)
+{
+  unsigned mode = 0;
+  char word[16];
+
+  while (v && *v) {
+    size_t n = strcspn(v, ",");
+    if (n < sizeof(word)) {
+      memcpy(word, v, n);
+      word[n] = '\0';
+      if (strcmp(word, "driver") == 0)
+        mode |= FAKEGPU_NESTED_DRIVER;
+      else if (strcmp(word, "runtime") == 0)
+        mode |= FAKEGPU_NESTED_RUNTIME;
+    }
+    v += n + (v[n] == ',');
+  }
+  return mode;
+}
+
 __attribute__((constructor)) static void driver_load(void)
 {
   pthread_atfork(fork_prepare, fork_release, fork_release);
+  atomic_store(&g_nested, parse_nested(getenv("FAKEGPU_NESTED")));
 }
+
+FG_API unsigned fakegpu_nested_get(void) { return atomic_load(&g_nested); }
+
+FG_API void fakegpu_nested_set(unsigned mode) { atomic_store(&g_nested, mode); }
 
 FG_API const struct fg_driver_ops *fakegpu_tool_attach(const struct fg_tool *tool)
 {
@@ -119,10 +154,10 @@ static uint32_t corr_next(const struct fg_tool *t)
   return atomic_fetch_add(&g_corr, 1) + 1;
 }
 
-static void push_frame(CUpti_CallbackDomain domain, uint32_t corr)
+static void push_frame(CUpti_CallbackDomain domain, uint32_t corr, uint32_t records)
 {
   if (t_depth < FG_MAX_FRAMES)
-    t_frames[t_depth] = (struct frame){domain, corr};
+    t_frames[t_depth] = (struct frame){domain, corr, records};
   t_depth++;
 }
 
@@ -136,7 +171,7 @@ uint32_t fg_corr_current(void)
 {
   for (int i = (t_depth < FG_MAX_FRAMES ? t_depth : FG_MAX_FRAMES) - 1; i >= 0; i--)
     if (t_frames[i].corr)
-      return t_frames[i].corr;
+      return t_frames[i].records;
   return 0;
 }
 
@@ -168,6 +203,38 @@ static void api_callback(const struct fg_tool *t, CUpti_CallbackDomain domain,
   t->callback(domain, cbid, &d);
 }
 
+/* A driver call made now by the runtime double (inside its internal bracket) that nested mode
+ * reports: only inside the innermost runtime call's own bracket. */
+static int nested_driver_visible(void)
+{
+  if (!(atomic_load_explicit(&g_nested, memory_order_relaxed) & FAKEGPU_NESTED_DRIVER) ||
+      t_rt_depth <= 0 || t_rt_depth > FG_MAX_FRAMES)
+    return 0;
+  return t_internal == t_rt[t_rt_depth - 1].internal_base + 1;
+}
+
+/* struct fg_call.traced bits. */
+enum {
+  FG_TRACED = 1,          /* ids, DRIVER records */
+  FG_TRACED_CALLBACK = 2, /* ENTER delivered, so EXIT is */
+  FG_TRACED_NESTED = 4,   /* a nested-mode call from inside the runtime double */
+};
+
+static int is_launch(uint32_t cbid)
+{
+  switch (cbid) {
+  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 /* The EXIT callback is delivered only when ENTER was: a subscriber enabled between the two
  * (e.g. inside cuInit, which runs InitializeInjection) never sees a lone EXIT. */
 void fg_call_enter(struct fg_call *c, uint32_t cbid, const char *name, const void *params,
@@ -179,14 +246,23 @@ void fg_call_enter(struct fg_call *c, uint32_t cbid, const char *name, const voi
   c->name = name;
   c->params = params;
   c->symbol = symbol;
-  if (t_internal)
-    return;
-  c->traced = 1;
+  if (t_internal) {
+    if (!nested_driver_visible())
+      return;
+    /* What this driver function calls of the driver itself stays silent. */
+    c->traced = FG_TRACED_NESTED;
+    t_internal++;
+  }
+  c->traced |= FG_TRACED;
   c->corr = corr_next(t);
-  push_frame(CUPTI_CB_DOMAIN_DRIVER_API, c->corr);
+  /* Kernels carry the runtime call's id for runtime launches (cupti.md 3.6). */
+  push_frame(CUPTI_CB_DOMAIN_DRIVER_API, c->corr,
+             (c->traced & FG_TRACED_NESTED) && is_launch(cbid) && fg_corr_runtime()
+                 ? fg_corr_runtime()
+                 : c->corr);
   c->start = fg_now();
   if (t && c->corr && t->callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API, cbid)) {
-    c->traced = 2;
+    c->traced |= FG_TRACED_CALLBACK;
     api_callback(t, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_API_ENTER, cbid, name, params, NULL,
                  symbol, c->corr, &c->cdata);
   }
@@ -202,10 +278,12 @@ CUresult fg_call_exit(struct fg_call *c, CUresult result)
     end = c->start + 1;
   if (t && c->corr && t->api_enabled(CUPTI_ACTIVITY_KIND_DRIVER, c->cbid))
     t->api_record(CUPTI_ACTIVITY_KIND_DRIVER, c->cbid, c->start, end, c->corr, (uint32_t)result);
-  if (t && c->traced == 2)
+  if (t && (c->traced & FG_TRACED_CALLBACK))
     api_callback(t, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_API_EXIT, c->cbid, c->name, c->params,
                  &result, c->symbol, c->corr, &c->cdata);
   pop_frame();
+  if ((c->traced & FG_TRACED_NESTED) && t_internal > 0)
+    t_internal--;
   return result;
 }
 
@@ -214,13 +292,13 @@ FG_API uint32_t fakegpu_runtime_enter(uint32_t cbid, const char *fname, const vo
 {
   const struct fg_tool *t = fg_tool_get();
   uint32_t corr = corr_next(t);
-  push_frame(CUPTI_CB_DOMAIN_RUNTIME_API, corr);
+  push_frame(CUPTI_CB_DOMAIN_RUNTIME_API, corr, corr);
   if (t_rt_depth >= FG_MAX_FRAMES) {
     t_rt_depth++;
     return corr;
   }
   struct rt_call *r = &t_rt[t_rt_depth++];
-  *r = (struct rt_call){cbid, fname, params, symbol_name, corr, fg_now(), 0, 0};
+  *r = (struct rt_call){cbid, fname, params, symbol_name, corr, fg_now(), 0, 0, t_internal};
   if (t && corr && t->callback_enabled(CUPTI_CB_DOMAIN_RUNTIME_API, cbid)) {
     r->entered = 1;
     api_callback(t, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_API_ENTER, cbid, fname, params, NULL,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tests/fakegpu/cudart/params.h"
+#include "tests/fakegpu/nested.h"
 
 #define KERNEL_MAGIC 0x6b65726eu /* "kern" */
 #define TABLE_BUCKETS 1024
@@ -338,6 +339,24 @@ static cudaError_t internal_launch(uint32_t cbid, const char *fname, cudaKernel_
   cudaError_t err = rt_begin(&c, RT_NEED_CONTEXT, cbid, fname, &p, rt_kernel_name(k));
   if (err != cudaSuccess)
     return rt_end_rt(&c, err);
+  if (fakegpu_nested_get() & FAKEGPU_NESTED_RUNTIME) {
+    /* FAKEGPU_NESTED=runtime (tests/fakegpu/nested.h): the CUDA 13 entry point reaches the
+     * launch through cudaLaunchKernel(_ptsz), a nested RUNTIME call of its own. */
+    int ptsz = cbid == CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000;
+    cudaLaunchKernel_v7000_params ip = {kernel, gridDim, blockDim, args, sharedMem, stream};
+    struct rt_call inner;
+    err = ptsz ? rt_begin(&inner, RT_NEED_CONTEXT, RT_CB(cudaLaunchKernel_ptsz_v7000), &ip,
+                          rt_kernel_name(k))
+               : rt_begin(&inner, RT_NEED_CONTEXT, RT_CB(cudaLaunchKernel_v7000), &ip,
+                          rt_kernel_name(k));
+    if (err == cudaSuccess) {
+      CUresult r = launch(k, gridDim, blockDim, sharedMem, stream, args, &err);
+      err = launch_end(&inner, r, err);
+    } else {
+      err = rt_end_rt(&inner, err);
+    }
+    return rt_end_rt(&c, err);
+  }
   CUresult r = launch(k, gridDim, blockDim, sharedMem, stream, args, &err);
   return launch_end(&c, r, err);
 }
