@@ -6,6 +6,8 @@
 //   replay   1 cudaGraphInstantiate, 20 cudaGraphLaunch calls on the same stream
 //   kernels  60 kernel executions, 20 of each of the three names, all from graph replays
 //            (graph id set, 3 distinct graph node ids); none outside the graph
+//   stacks   every replayed kernel attributed to the stack that captured it: a
+//            "[cuda graph replay]" frame above capture_graph(), not replay_graph()
 //   memcpy   1 HtoD and 1 DtoH of 1048576 bytes (262144 floats)
 #include <vector>
 
@@ -35,6 +37,27 @@ __global__ void graph_clamp(float *x, int n, float hi)
     x[i] = hi;
 }
 
+// Separate, non-inlined functions so that the capture-time stack and the replay stack differ.
+__attribute__((noinline)) static cudaGraph_t capture_graph(cudaStream_t s, float *d)
+{
+  const int block = 256, grid = kN / block;
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  graph_scale<<<grid, block, 0, s>>>(d, kN);
+  graph_bias<<<grid, block, 0, s>>>(d, kN, 1.0f);
+  graph_clamp<<<grid, block, 0, s>>>(d, kN, 100.0f);
+  CHECK_LAUNCH();
+  CHECK(cudaStreamEndCapture(s, &graph));
+  return graph;
+}
+
+__attribute__((noinline)) static void replay_graph(cudaGraphExec_t exec, cudaStream_t s)
+{
+  for (int r = 0; r < kReplays; r++)
+    CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+}
+
 int main()
 {
   std::vector<float> h(kN);
@@ -46,19 +69,10 @@ int main()
   CHECK(cudaMalloc(&d, kN * sizeof(float)));
   CHECK(cudaMemcpy(d, h.data(), kN * sizeof(float), cudaMemcpyHostToDevice));
 
-  const int block = 256, grid = kN / block;
-  cudaGraph_t graph;
+  cudaGraph_t graph = capture_graph(s, d);
   cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  graph_scale<<<grid, block, 0, s>>>(d, kN);
-  graph_bias<<<grid, block, 0, s>>>(d, kN, 1.0f);
-  graph_clamp<<<grid, block, 0, s>>>(d, kN, 100.0f);
-  CHECK_LAUNCH();
-  CHECK(cudaStreamEndCapture(s, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int r = 0; r < kReplays; r++)
-    CHECK(cudaGraphLaunch(exec, s));
-  CHECK(cudaStreamSynchronize(s));
+  replay_graph(exec, s);
 
   std::vector<float> out(kN);
   CHECK(cudaMemcpy(out.data(), d, kN * sizeof(float), cudaMemcpyDeviceToHost));

@@ -34,7 +34,9 @@ Check kinds (fields of a check in expectations.json; numbers may be "{launches}"
   pprof:    pprof_total {profile, sample_type[], value | value_at_least} summed over windows;
             pprof_inuse {profile, sample_type[], value | value_at_least, top_function_re?} of
             the last window; pprof_leaf {profile, sample_type[], leaf_re, value} summed over
-            windows for samples whose leaf frame matches
+            windows for samples whose leaf frame matches; pprof_stack {profile, sample_type[],
+            leaf_re, frames_re[], without_re?, value}: the same, for samples whose stack also
+            has a frame matching each of frames_re and none matching without_re
   trace:    trace_kernel {name, count}; trace_kernel_match {name_re, count | at_least};
             trace_memcpy {direction, count, bytes}; trace_memset {count, bytes};
             trace_graph {names, graphs, nodes}; trace_api_threads {name_re, threads};
@@ -381,6 +383,29 @@ def check_pprof(c, outdir, reader, o, ctx):
             o.eq(what, total, want)
         else:
             o.at_least(what, total, c["value_at_least"])
+    elif kind == "pprof_stack":
+        # Samples whose leaf matches leaf_re and whose stack has a frame matching each of
+        # frames_re (and none matching without_re): their values add up to value.
+        leaf = re.compile(c["leaf_re"])
+        need = [re.compile(r) for r in c["frames_re"]]
+        bad = re.compile(c["without_re"]) if "without_re" in c else None
+        total = 0
+        for p in profiles:
+            idx, names = pprof_index(p, c["sample_type"])
+            if idx is None:
+                o.add("FAIL", f"{label}: no sample type {c['sample_type']} (has {names})")
+                return
+            for smp in p.sample:
+                fr = pprof_frames(p, smp)
+                if not fr or not leaf.search(fr[0]):
+                    continue
+                if all(any(rx.search(n) for n in fr[1:]) for rx in need) and \
+                        not (bad and any(bad.search(n) for n in fr[1:])):
+                    total += smp.value[idx]
+        what = (f"{label} {c['sample_type'][0]} with leaf /{c['leaf_re']}/ under "
+                + ", ".join(f"/{r}/" for r in c["frames_re"])
+                + (f", not /{c['without_re']}/" if bad else ""))
+        o.eq(what, total, want)
     elif kind == "pprof_inuse":
         p = profiles[-1]
         idx, names = pprof_index(p, c["sample_type"])
