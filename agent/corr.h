@@ -13,7 +13,7 @@ enum corr_domain {
 /* What an application thread recorded about one API call. */
 struct corr_info {
   uint32_t corr_id;
-  uint32_t parent_corr_id; /* the enclosing runtime call's id for a nested driver call, else 0 */
+  uint32_t parent_corr_id; /* the outermost open call on the thread for a nested call, else 0 */
   uint32_t tid;            /* gettid() of the calling thread */
   uint16_t cbid;
   uint8_t domain;       /* enum corr_domain */

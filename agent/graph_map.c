@@ -25,9 +25,9 @@ struct table {
 
 struct graph_map {
   pthread_mutex_t lock;
-  struct table *cur;
-  size_t max_nodes;
-  size_t used;
+  struct table *cur, *old; /* this generation's entries, and the previous one's */
+  size_t gen_max;          /* entries a generation holds: half the bound */
+  size_t used, old_used, old_promoted;
   _Atomic uint64_t nodes, drops, clones;
   int warned;
 };
@@ -74,18 +74,52 @@ struct graph_map *graph_map_new(size_t max_nodes)
   if (m == MAP_FAILED)
     return NULL;
   pthread_mutex_init(&m->lock, NULL);
-  m->max_nodes = max_nodes;
+  m->gen_max = max_nodes > 1 ? max_nodes / 2 : 1;
   return m;
+}
+
+static void table_free(struct table *t)
+{
+  if (t)
+    munmap(t, table_bytes(t->cap));
 }
 
 void graph_map_free(struct graph_map *m)
 {
   if (!m)
     return;
-  if (m->cur)
-    munmap(m->cur, table_bytes(m->cur->cap));
+  table_free(m->cur);
+  table_free(m->old);
   pthread_mutex_destroy(&m->lock);
   munmap(m, sizeof(*m));
+}
+
+/*
+ * Under m->lock, when this generation is full: the previous generation is forgotten (the
+ * nodes in it that were neither created nor replayed since, i.e. not promoted: counted as
+ * drops) and this one becomes the previous one. A graph that is still replayed keeps its
+ * nodes, whatever number of graphs are made and destroyed around it.
+ */
+static void rotate(struct graph_map *m)
+{
+  size_t evicted = m->old_used - m->old_promoted;
+
+  if (evicted) {
+    atomic_fetch_add_explicit(&m->drops, evicted, memory_order_relaxed);
+    if (!m->warned) {
+      m->warned = 1;
+      log_warn("more than %zu CUDA graph nodes made since nodes that are no longer replayed "
+               "were last forgotten: forgetting %zu more (their kernels, if replayed again, "
+               "are attributed to the graph launch's stack)",
+               m->gen_max, evicted);
+    }
+  }
+  table_free(m->old);
+  m->old = m->cur;
+  m->old_used = m->used;
+  m->old_promoted = 0;
+  m->cur = NULL;
+  m->used = 0;
 }
 
 /* Under m->lock: a table with room for one more entry at most half full. */
@@ -108,15 +142,25 @@ static struct table *writable_table(struct graph_map *m)
   return n;
 }
 
-/* Under m->lock. */
-static uint32_t get_locked(const struct graph_map *m, uint64_t node_id)
-{
-  const struct slot *s;
+static int set_locked(struct graph_map *m, uint64_t node_id, uint32_t stack_id);
 
-  if (!m->cur)
+/* Under m->lock. A node found in the previous generation is promoted to this one. */
+static uint32_t get_locked(struct graph_map *m, uint64_t node_id)
+{
+  struct slot *s;
+  uint32_t stack;
+
+  if (m->cur && (s = probe(m->cur, node_id))->key == node_id)
+    return s->stack;
+  if (!m->old || (s = probe(m->old, node_id))->key != node_id)
     return 0;
-  s = probe(m->cur, node_id);
-  return s->key == node_id ? s->stack : 0;
+  stack = s->stack;
+  if (!s->pad) {
+    s->pad = 1; /* promoted: not counted as evicted when its generation goes */
+    m->old_promoted++;
+  }
+  set_locked(m, node_id, stack);
+  return stack;
 }
 
 /* Under m->lock. */
@@ -129,16 +173,8 @@ static int set_locked(struct graph_map *m, uint64_t node_id, uint32_t stack_id)
     s->stack = stack_id;
     return 0;
   }
-  if (m->used >= m->max_nodes) {
-    atomic_fetch_add_explicit(&m->drops, 1, memory_order_relaxed);
-    if (!m->warned) {
-      m->warned = 1;
-      log_warn("more than %zu CUDA graph nodes: the kernels of further nodes are attributed "
-               "to the graph launch's stack, not to the code that captured them",
-               m->max_nodes);
-    }
-    return -ENOSPC;
-  }
+  if (m->used >= m->gen_max)
+    rotate(m);
   if (!(t = writable_table(m))) {
     atomic_fetch_add_explicit(&m->drops, 1, memory_order_relaxed);
     return -ENOMEM;
@@ -179,16 +215,15 @@ int graph_map_clone(struct graph_map *m, uint64_t original_id, uint64_t clone_id
   return ret;
 }
 
-uint32_t graph_map_get(const struct graph_map *m, uint64_t node_id)
+uint32_t graph_map_get(struct graph_map *m, uint64_t node_id)
 {
-  struct graph_map *mm = (struct graph_map *)m;
   uint32_t stack;
 
   if (!m || !node_id)
     return 0;
-  pthread_mutex_lock(&mm->lock);
-  stack = get_locked(mm, node_id);
-  pthread_mutex_unlock(&mm->lock);
+  pthread_mutex_lock(&m->lock);
+  stack = get_locked(m, node_id);
+  pthread_mutex_unlock(&m->lock);
   return stack;
 }
 

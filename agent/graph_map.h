@@ -16,16 +16,20 @@
  * launch), the one reader is the worker (once per replayed record), so it is uncontended in
  * steady state, and a grown table can be unmapped at once. The table is mmapped, never
  * malloced (16 bytes a slot, at most half full), and grows by doubling up to max_nodes,
- * after which new nodes are dropped and counted.
+ * after which the map forgets the nodes that were neither created nor replayed during a whole
+ * generation (max_nodes / 2 insertions): a graph that keeps being replayed keeps its
+ * attribution in a process that makes and destroys graphs without end, and memory stays
+ * bounded. (Entries are not removed at GRAPHNODE_DESTROY_STARTING: records of a replay can
+ * still be in flight after the exec is destroyed.)
  */
 struct graph_map;
 
-/* Bound of the process-wide map (entries): beyond it, nodes keep today's attribution. */
+/* Bound of the process-wide map (entries, both generations). */
 #define GRAPH_MAP_MAX_NODES (1u << 20)
 
 struct graph_map_stats {
-  uint64_t nodes;  /* entries held */
-  uint64_t drops;  /* nodes not recorded because the map was full (or mmap failed) */
+  uint64_t nodes;  /* entries recorded (promotions from the previous generation included) */
+  uint64_t drops;  /* nodes forgotten unused for a generation, or not recorded (mmap failed) */
   uint64_t clones; /* clone entries made from a known original */
 };
 
@@ -33,15 +37,16 @@ struct graph_map_stats {
 struct graph_map *graph_map_new(size_t max_nodes);
 void graph_map_free(struct graph_map *m);
 
-/* node_id -> stack_id (both non-zero). 0, -EINVAL, -ENOSPC (full, counted) or -ENOMEM. */
+/* node_id -> stack_id (both non-zero). 0, -EINVAL or -ENOMEM (counted as a drop). */
 int graph_map_set(struct graph_map *m, uint64_t node_id, uint32_t stack_id);
 
 /* The clone gets the original's stack. 0, -ENOENT (original unknown: nothing recorded), or
  * graph_map_set's errors. */
 int graph_map_clone(struct graph_map *m, uint64_t original_id, uint64_t clone_id);
 
-/* The stack of node_id, or 0 (STACK_ID_NONE) when unknown. No allocation. */
-uint32_t graph_map_get(const struct graph_map *m, uint64_t node_id);
+/* The stack of node_id, or 0 (STACK_ID_NONE) when unknown; a hit in the previous generation
+ * moves the entry to the current one. */
+uint32_t graph_map_get(struct graph_map *m, uint64_t node_id);
 
 void graph_map_get_stats(const struct graph_map *m, struct graph_map_stats *out);
 

@@ -259,8 +259,7 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
      * outermost call of the thread: the user's call, whose slice the flow starts from. */
     if (ts->depth <= 1)
       capture_api_exit(ts, cb->correlationId, cb->functionName,
-                       e && (e->cls == CBID_LAUNCH || e->cls == CBID_MEMCPY) &&
-                           call_succeeded(cb),
+                       e && (e->cls == CBID_LAUNCH || e->cls == CBID_MEMCPY) && call_succeeded(cb),
                        exit_ns);
     corr_table_exit(corr, cb->correlationId, exit_ns);
   }
@@ -319,6 +318,7 @@ static void on_graph_node(CUpti_CallbackId cbid, const CUpti_GraphData *gd)
   uint64_t node = 0, original = 0;
   uint32_t stack_id, weight;
   struct graph_map *m;
+  int open;
 
   if (!gd || !gd->node || !cupti_fn.GetGraphNodeId ||
       cupti_fn.GetGraphNodeId(gd->node, &node) != CUPTI_SUCCESS || !node)
@@ -329,17 +329,28 @@ static void on_graph_node(CUpti_CallbackId cbid, const CUpti_GraphData *gd)
       graph_map_clone(m, original, node);
     return;
   }
+  /* Only nodes that produce records worth a stack (event, host, empty and child-graph nodes
+   * do not; a child graph's nodes have their own CREATED). */
+  if (gd->nodeType != CU_GRAPH_NODE_TYPE_KERNEL && gd->nodeType != CU_GRAPH_NODE_TYPE_MEMCPY &&
+      gd->nodeType != CU_GRAPH_NODE_TYPE_MEMSET)
+    return;
   if (!atomic_load_explicit(&api_callbacks_on, memory_order_relaxed))
+    return;
+  /* Known already: a clone whose CLONED came first keeps its original's stack. */
+  if (graph_map_lookup(node))
     return;
   ts = thread_state_get();
   /* Calls left open when API callbacks were last switched off are not open now. */
-  top = ts->call_epoch == atomic_load_explicit(&call_epoch, memory_order_relaxed)
-            ? thread_top_call(ts)
-            : NULL;
-  stack_id = top ? top->stack_id : STACK_ID_NONE;
-  if (top && corr_table_lookup(corr, top->corr_id, &info) == 0 &&
-      is_instantiate(info.domain, info.cbid))
-    return;
+  open = ts->call_epoch == atomic_load_explicit(&call_epoch, memory_order_relaxed) ? ts->depth : 0;
+  if (open > THREAD_MAX_OPEN_CALLS)
+    open = THREAD_MAX_OPEN_CALLS;
+  /* A clone made by an instantiate call, however deep inside it: CLONED attributes it. */
+  for (int i = 0; i < open; i++)
+    if (corr_table_lookup(corr, ts->open[i].corr_id, &info) == 0 &&
+        is_instantiate(info.domain, info.cbid))
+      return;
+  top = thread_top_call(ts);
+  stack_id = open && top ? top->stack_id : STACK_ID_NONE;
   if (!stack_id)
     hoststack_capture(ts, HOSTSTACK_CALL_MEMORY, &stack_id, &weight);
   if (stack_id && (m = graph_map_global()))

@@ -41,24 +41,56 @@ static void test_set_get_clone(void)
 static void test_growth_and_bound(void)
 {
   const uint64_t n = 20000;
-  struct graph_map *m = graph_map_new(n);
+  struct graph_map *m = graph_map_new(2 * n);
   struct graph_map_stats st;
   int wrong = 0;
 
+  /* One generation (n entries) grows through several table sizes and keeps everything. */
   for (uint64_t id = 1; id <= n; id++)
     CHECK_EQ(graph_map_set(m, id * 7919, (uint32_t)(id % 1000) + 1), 0);
   for (uint64_t id = 1; id <= n; id++)
     wrong += graph_map_get(m, id * 7919) != (uint32_t)(id % 1000) + 1;
   CHECK_EQ(wrong, 0);
-  /* Full: new ids are dropped and counted, known ones can still be updated. */
-  CHECK_EQ(graph_map_set(m, 1, 5), -ENOSPC);
-  CHECK_EQ(graph_map_clone(m, 7919, 3), -ENOSPC);
   CHECK_EQ(graph_map_set(m, 7919, 5), 0);
   CHECK_EQ(graph_map_get(m, 7919), 5);
-  CHECK_EQ(graph_map_get(m, 1), 0);
   graph_map_get_stats(m, &st);
   CHECK_EQ(st.nodes, n);
-  CHECK_EQ(st.drops, 2);
+  CHECK_EQ(st.drops, 0);
+  graph_map_free(m);
+}
+
+/* Bound 200: generations of 100. What is replayed (looked up) or re-created survives the
+ * generation change; the rest is forgotten and counted. */
+static void test_generations(void)
+{
+  struct graph_map *m = graph_map_new(200);
+  struct graph_map_stats st;
+
+  for (uint64_t id = 1; id <= 100; id++)
+    CHECK_EQ(graph_map_set(m, id, (uint32_t)id + 1), 0);
+  /* 101 starts a generation: 1..100 become the previous one, still found. */
+  for (uint64_t id = 101; id <= 150; id++)
+    CHECK_EQ(graph_map_set(m, id, (uint32_t)id + 1), 0);
+  CHECK_EQ(graph_map_get(m, 1), 2); /* promoted */
+  CHECK_EQ(graph_map_get(m, 2), 3); /* promoted */
+  CHECK_EQ(graph_map_get(m, 1), 2); /* now in the current generation */
+  for (uint64_t id = 151; id <= 198; id++)
+    CHECK_EQ(graph_map_set(m, id, (uint32_t)id + 1), 0);
+  graph_map_get_stats(m, &st);
+  CHECK_EQ(st.drops, 0);
+  /* The current generation holds 101..198, 1 and 2 (100): 199 forgets 3..100. */
+  CHECK_EQ(graph_map_set(m, 199, 200), 0);
+  graph_map_get_stats(m, &st);
+  CHECK_EQ(st.drops, 98);
+  CHECK_EQ(graph_map_get(m, 3), 0);
+  CHECK_EQ(graph_map_get(m, 100), 0);
+  CHECK_EQ(graph_map_get(m, 1), 2);
+  CHECK_EQ(graph_map_get(m, 2), 3);
+  CHECK_EQ(graph_map_get(m, 150), 151);
+  CHECK_EQ(graph_map_get(m, 199), 200);
+  /* A clone of a node from the previous generation is made from it. */
+  CHECK_EQ(graph_map_clone(m, 160, 500), 0);
+  CHECK_EQ(graph_map_get(m, 500), 161);
   graph_map_free(m);
 }
 
@@ -115,6 +147,7 @@ int main(void)
 {
   RUN(test_set_get_clone);
   RUN(test_growth_and_bound);
+  RUN(test_generations);
   RUN(test_concurrent_readers);
   RUN(test_global);
   UNIT_EXIT();
