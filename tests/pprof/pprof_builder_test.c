@@ -5,15 +5,7 @@
 
 #include "export/pprof.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "tests/pprof/pprof_check.h"
 
 /* Two stacks: main -> work -> [gpu] k1 (3 launches, 300 ns), main -> [gpu] k2 (1, 50 ns). */
 static int build(struct pprof_builder *b)

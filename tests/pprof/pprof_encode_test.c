@@ -7,15 +7,7 @@
 #include "export/pprof.h"
 #include "proto/profile.pb-c.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "tests/pprof/pprof_check.h"
 
 #define STACKS 2000
 #define KERNELS 3
@@ -92,23 +84,10 @@ static void build(struct pprof_builder *b)
 
 static Perftools__Profiles__Profile *decode(const uint8_t *gz, size_t len)
 {
-  size_t cap = 64u << 20;
-  uint8_t *raw = malloc(cap);
-  z_stream z;
-  Perftools__Profiles__Profile *p = NULL;
+  size_t n;
+  uint8_t *raw = gunzip_profile(gz, len, 64u << 20, &n);
+  Perftools__Profiles__Profile *p = n ? perftools__profiles__profile__unpack(NULL, n, raw) : NULL;
 
-  memset(&z, 0, sizeof(z));
-  if (!raw || inflateInit2(&z, 16 + 15) != Z_OK) {
-    free(raw);
-    return NULL;
-  }
-  z.next_in = (Bytef *)gz;
-  z.avail_in = (uInt)len;
-  z.next_out = raw;
-  z.avail_out = (uInt)cap;
-  if (inflate(&z, Z_FINISH) == Z_STREAM_END)
-    p = perftools__profiles__profile__unpack(NULL, z.total_out, raw);
-  inflateEnd(&z);
   free(raw);
   return p;
 }

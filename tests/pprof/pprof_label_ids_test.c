@@ -7,15 +7,7 @@
 #include "export/pprof.h"
 #include "proto/profile.pb-c.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "tests/pprof/pprof_check.h"
 
 #define STACKS 300
 #define KERNELS 4
@@ -58,28 +50,6 @@ static int build(struct pprof_builder *b, int by_id)
     }
   }
   return ret;
-}
-
-static uint8_t *inflate_all(const uint8_t *gz, size_t len, size_t *out_len)
-{
-  size_t cap = 16u << 20;
-  uint8_t *raw = malloc(cap);
-  z_stream z;
-
-  memset(&z, 0, sizeof(z));
-  *out_len = 0;
-  if (!raw || inflateInit2(&z, 16 + 15) != Z_OK) {
-    free(raw);
-    return NULL;
-  }
-  z.next_in = (Bytef *)gz;
-  z.avail_in = (uInt)len;
-  z.next_out = raw;
-  z.avail_out = (uInt)cap;
-  if (inflate(&z, Z_FINISH) == Z_STREAM_END)
-    *out_len = z.total_out;
-  inflateEnd(&z);
-  return raw;
 }
 
 static uint64_t varint(const uint8_t *p, size_t *i)
@@ -154,7 +124,7 @@ int main(void)
   CHECK(pprof_builder_encode(b, 1, &gz_b, &len_b) == 0);
   /* Labels by id or by string: the same profile, byte for byte (interned in the same order). */
   CHECK(len_a == len_b && len_a && !memcmp(gz_a, gz_b, len_a));
-  raw = inflate_all(gz_a, len_a, &raw_len);
+  raw = gunzip_profile(gz_a, len_a, 16u << 20, &raw_len);
   p = raw && raw_len ? perftools__profiles__profile__unpack(NULL, raw_len, raw) : NULL;
   CHECK(p != NULL);
   if (!p)
