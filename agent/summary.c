@@ -14,6 +14,7 @@
 #include "agent/aggregate.h"
 #include "agent/capture.h"
 #include "agent/config.h"
+#include "agent/graph_map.h"
 #include "agent/hoststack.h"
 #include "agent/stack_report.h"
 #include "agent/uploader.h"
@@ -152,6 +153,23 @@ static void write_captures(struct json_writer *w)
   json_writer_end_object(w);
 }
 
+/* CUDA-graph node attribution (docs/PROFILES.md), when the process made graph nodes. */
+static void write_graphs(struct json_writer *w, const struct summary_input *in)
+{
+  struct graph_map_stats st;
+
+  if (!in->api.graph_nodes)
+    return;
+  graph_map_get_stats(graph_map_peek(), &st);
+  json_writer_key(w, "graphs");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "node_callbacks", in->api.graph_nodes);
+  json_writer_kv_uint(w, "nodes_with_stack", st.nodes);
+  json_writer_kv_uint(w, "nodes_from_clones", st.clones);
+  json_writer_kv_uint(w, "nodes_forgotten", st.drops);
+  json_writer_end_object(w);
+}
+
 int summary_write_json(const struct summary_input *in, struct json_writer *w)
 {
   static const struct agg_totals zero;
@@ -249,6 +267,7 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
   json_writer_kv_uint(w, "unknown", t->joins_unknown);
   json_writer_end_object(w);
 
+  write_graphs(w, in);
   write_captures(w);
 
   json_writer_key(w, "losses");

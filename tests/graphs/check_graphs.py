@@ -8,6 +8,7 @@ Usage (from ctest; tests/lib/GpuprofTest.cmake sets the agent's environment):
 
 import argparse
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -34,7 +35,16 @@ MEMSETS = {("[gpu] memset", MARK, "gr_capture_b", "gr_capture", "main"):
            [REPLAYS_CAPTURED, None, REPLAYS_CAPTURED * 256]}
 
 
+# graph_attr makes 5 nodes (captured: 2 x gr_kernel_a, gr_kernel_b, a memset; explicit:
+# gr_kernel_c) and instantiates both graphs once: 5 + 5 clones CREATED, 5 CLONED callbacks;
+# every original and clone has a stack, the clones' copied from their originals.
+SUMMARY_GRAPHS = {"node_callbacks": 15, "nodes_with_stack": 10, "nodes_from_clones": 5,
+                  "nodes_forgotten": 0}
+
+
 def check(c, case, pid):
+    with open(os.environ["GPUPROF_SUMMARY_FILE"]) as f:
+        c.eq("summary graphs", json.load(f).get("graphs"), SUMMARY_GRAPHS)
     prof = load_single(c, pid, "gpu_time")
     if prof:
         got = by_chain(prof)
