@@ -88,3 +88,15 @@ done
 echo
 echo "== bench_python: host ns per cudaMalloc / cudaFree from 30 Python frames"
 python3 tests/bench/bench_python.py --build "$build" --repeats "$repeats"
+
+# ---- CUDA graphs: capture-time cost per node, node-map lookup per replayed record ----
+if [[ -x $build/bin/bench_graphs ]]; then
+  echo
+  echo "== bench_graphs: 100 graphs x 500 nodes captured 30 frames deep (without / with the agent)"
+  for i in $(seq "$repeats"); do
+    echo "without $(env -u CUDA_INJECTION64_PATH LD_LIBRARY_PATH="$lib" "$build/bin/bench_graphs" 100 500 30 | head -1)"
+    echo "with    $(env LD_LIBRARY_PATH="$lib" GPUPROF_OUTPUT_DIR="$out" CUDA_INJECTION64_PATH="$agent" \
+      "$build/bin/bench_graphs" 100 500 30 | head -1)"
+  done
+  env -u CUDA_INJECTION64_PATH LD_LIBRARY_PATH="$lib" "$build/bin/bench_graphs" 100 500 30 | tail -1
+fi
