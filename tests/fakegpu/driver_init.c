@@ -66,11 +66,33 @@ void fg_sleep_until(uint64_t t)
   }
 }
 
-int fg_initialized(void) { return atomic_load(&g_init_started); }
+int fg_initialized(void)
+{
+  return atomic_load(&g_init_started);
+}
+
+/* FAKEGPU_DEVICE_MEM: each device's memory in MiB (default 80 GiB), so that tests can run a
+ * device out of memory with small allocations (each is backed by host memory). */
+static uint64_t device_mem(void)
+{
+  const char *v = getenv("FAKEGPU_DEVICE_MEM_MIB");
+  char *end;
+  unsigned long long mib;
+
+  if (!v || !*v)
+    return 80ull << 30;
+  mib = strtoull(v, &end, 10);
+  if (*end || mib == 0 || mib > (1ull << 24)) {
+    fg_log("FAKEGPU_DEVICE_MEM_MIB=%s is not a number of MiB in 1..16777216; using 81920", v);
+    return 80ull << 30;
+  }
+  return (uint64_t)mib << 20;
+}
 
 static void setup_devices(void)
 {
   int n = 2;
+  uint64_t mem = device_mem();
   const char *v = getenv("FAKEGPU_DEVICES");
   if (v && *v) {
     char *end;
@@ -85,7 +107,7 @@ static void setup_devices(void)
     snprintf(d->name, sizeof(d->name), "Fake H100 (simulated)");
     memcpy(d->uuid.bytes, "FAKEGPU-UUID-00", 15);
     d->uuid.bytes[15] = (char)i;
-    d->total_mem = 80ull << 30;
+    d->total_mem = mem;
   }
   fg_device_count = n;
 }
@@ -225,48 +247,90 @@ FG_API CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 static int attribute(CUdevice_attribute a, CUdevice dev)
 {
   switch (a) {
-  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: return 1024;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: return 64;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: return 2147483647;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: return 65535;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: return 65535;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return 49152;
-  case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: return 65536;
-  case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
-  case CU_DEVICE_ATTRIBUTE_MAX_PITCH: return 2147483647;
-  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: return 65536;
-  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return 1980000;
-  case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: return 512;
-  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;
-  case CU_DEVICE_ATTRIBUTE_INTEGRATED: return 0;
-  case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: return 1;
-  case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
-  case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
-  case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + dev;
-  case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
-  case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
-  case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: return 2619000;
-  case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 5120;
-  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return 52428800;
-  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
-  case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 5;
-  case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return 9;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return 0;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 233472;
-  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: return 65536;
-  case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
-  case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: return 0;
-  case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: return 1;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return 232448;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
-  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
-  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
-  case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
-  default: return 0;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+    return 1024;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    return 1024;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+    return 1024;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+    return 64;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+    return 2147483647;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    return 65535;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+    return 65535;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+    return 49152;
+  case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+    return 65536;
+  case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+    return 32;
+  case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+    return 2147483647;
+  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+    return 65536;
+  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+    return 1980000;
+  case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+    return 512;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    return 132;
+  case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+    return 0;
+  case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+    return 0x18 + dev;
+  case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+    return 0;
+  case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+    return 0;
+  case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+    return 2619000;
+  case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+    return 5120;
+  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+    return 52428800;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+    return 2048;
+  case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+    return 5;
+  case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    return 9;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+    return 0;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+    return 233472;
+  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+    return 65536;
+  case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD:
+    return 0;
+  case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+    return 232448;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+    return 32;
+  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
+    return 1;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+    return CU_COMPUTEMODE_DEFAULT;
+  default:
+    return 0;
   }
 }
 
@@ -297,20 +361,34 @@ FG_API CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, 
 static const char *result_text(CUresult e)
 {
   switch (e) {
-  case CUDA_SUCCESS: return "no error";
-  case CUDA_ERROR_INVALID_VALUE: return "invalid argument";
-  case CUDA_ERROR_OUT_OF_MEMORY: return "out of memory";
-  case CUDA_ERROR_NOT_INITIALIZED: return "initialization error";
-  case CUDA_ERROR_INVALID_DEVICE: return "invalid device ordinal";
-  case CUDA_ERROR_INVALID_IMAGE: return "device kernel image is invalid";
-  case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
-  case CUDA_ERROR_FILE_NOT_FOUND: return "file not found";
-  case CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
-  case CUDA_ERROR_NOT_FOUND: return "named symbol not found";
-  case CUDA_ERROR_NOT_READY: return "device not ready";
-  case CUDA_ERROR_NOT_SUPPORTED: return "operation not supported";
-  case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return "operation not permitted when stream is capturing";
-  default: return NULL;
+  case CUDA_SUCCESS:
+    return "no error";
+  case CUDA_ERROR_INVALID_VALUE:
+    return "invalid argument";
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    return "out of memory";
+  case CUDA_ERROR_NOT_INITIALIZED:
+    return "initialization error";
+  case CUDA_ERROR_INVALID_DEVICE:
+    return "invalid device ordinal";
+  case CUDA_ERROR_INVALID_IMAGE:
+    return "device kernel image is invalid";
+  case CUDA_ERROR_INVALID_CONTEXT:
+    return "invalid device context";
+  case CUDA_ERROR_FILE_NOT_FOUND:
+    return "file not found";
+  case CUDA_ERROR_INVALID_HANDLE:
+    return "invalid resource handle";
+  case CUDA_ERROR_NOT_FOUND:
+    return "named symbol not found";
+  case CUDA_ERROR_NOT_READY:
+    return "device not ready";
+  case CUDA_ERROR_NOT_SUPPORTED:
+    return "operation not supported";
+  case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    return "operation not permitted when stream is capturing";
+  default:
+    return NULL;
   }
 }
 

@@ -59,7 +59,7 @@ function(gpuprof_add_e2e_test)
     # Tests must not depend on the developer's environment.
     "GPUPROF_MODE=unset:" "GPUPROF_LOG=unset:" "GPUPROF_WINDOW=unset:" "GPUPROF_STACKS=unset:"
     "GPUPROF_CAPTURE_ON_START=unset:" "GPUPROF_CUPTI_PATH=unset:" "GPUPROF_PYROSCOPE_URL=unset:"
-    "FAKEGPU_DEVICES=unset:" "FAKEGPU_KERNEL_NS=unset:" "FAKEGPU_CUPTI_VERSION=unset:"
+    "FAKEGPU_DEVICES=unset:" "FAKEGPU_DEVICE_MEM_MIB=unset:" "FAKEGPU_KERNEL_NS=unset:" "FAKEGPU_CUPTI_VERSION=unset:"
     "FAKEGPU_CUPTI_SUBSCRIBER=unset:" "FAKEGPU_CUPTI_FAULT=unset:" "FAKEGPU_LOG=unset:"
     "FAKEGPU_NESTED=unset:"
     ${GPUPROF_TEST_SANITIZER_ENV})
