@@ -15,6 +15,7 @@
 #include "agent/corr.h"
 #include "agent/ctx_map.h"
 #include "agent/hoststack.h"
+#include "agent/oom.h"
 #include "agent/profiles.h"
 #include "agent/summary.h"
 #include "agent/uploader.h"
@@ -187,6 +188,8 @@ static void init_once_fn(void)
     profiles_start(&cfg, allocs, hoststack_table(), hoststack_sample_every());
   /* Trace captures: a worker consumer too; failure only disables captures. */
   capture_init(&cfg, allocs);
+  /* Out-of-memory snapshots: written by the worker; failure only disables them. */
+  oom_start(&cfg, allocs, hoststack_table());
   /* The worker first: buffers may complete as soon as kinds are enabled. */
   ret = worker_start(pool, agg, cfg.flush_interval_ns);
   if (ret) {
@@ -290,6 +293,7 @@ void agent_shutdown(void)
      * uploader's final flush, which then sends them. */
     stopped = worker_stop(WORKER_STOP_TIMEOUT_MS) == 0;
     profiles_stop(stopped);
+    oom_stop(stopped);
     /* A capture still running ends with the process: its file is finished here. */
     capture_shutdown(stopped);
     /* After the last window was submitted, before the summary that reports the uploads: the

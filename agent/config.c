@@ -55,6 +55,7 @@ static const char *const known_vars[] = {
     "GPUPROF_PROFILE_FILES",
     "GPUPROF_TRACE_MAX_SIZE",
     "GPUPROF_CAPTURE_SIGNAL",
+    "GPUPROF_OOM_INTERVAL",
 };
 
 #define N_KNOWN (sizeof(known_vars) / sizeof(known_vars[0]))
@@ -97,6 +98,7 @@ void config_defaults(struct config *cfg)
   cfg->stack_table_size = CONFIG_DEFAULT_STACK_TABLE_SIZE;
   cfg->stack_python = 1;
   cfg->profile_files = 1;
+  cfg->oom_interval_ns = CONFIG_DEFAULT_OOM_INTERVAL_NS;
 }
 
 /* ---- parsers ---- */
@@ -685,6 +687,17 @@ void config_load(struct config *cfg)
   if (v && config_parse_bool(v, &cfg->profile_files)) {
     cfg->profile_files = 1;
     bad_value("GPUPROF_PROFILE_FILES", v, "0 or 1", "using 1");
+  }
+  /* 0 turns the snapshots off; otherwise at least 1s, so that two snapshots never share the
+   * second of their file names' time stamp. */
+  v = env("GPUPROF_OOM_INTERVAL");
+  if (v) {
+    uint64_t ns;
+    if (config_parse_duration(v, &ns) == 0 && (ns == 0 || ns >= 1000000000ull))
+      cfg->oom_interval_ns = ns;
+    else
+      bad_value("GPUPROF_OOM_INTERVAL", v, "0 (no snapshots) or a duration of at least 1s",
+                "using 60s");
   }
   check_unknown();
 }

@@ -84,6 +84,7 @@ struct config {
   int stack_python;            /* merge CPython frames */
   int stack_unwind_safe;       /* GPUPROF_STACK_UNWIND=safe */
   int profile_files;           /* GPUPROF_PROFILE_FILES: write pprof window files */
+  uint64_t oom_interval_ns;    /* GPUPROF_OOM_INTERVAL: at most one OOM snapshot per; 0: none */
 };
 
 /* Defaults, also quoted by docs/CONFIGURATION.md. */
@@ -103,6 +104,7 @@ struct config {
 #define CONFIG_DEFAULT_PYROSCOPE_MAX_SAMPLES 16000 /* Pyroscope's default per profile */
 #define CONFIG_DEFAULT_EXIT_TIMEOUT_NS (3ull * 1000000000ull)
 #define CONFIG_DEFAULT_TRACE_MAX_SIZE (512ull << 20)
+#define CONFIG_DEFAULT_OOM_INTERVAL_NS (60ull * 1000000000ull)
 
 /*
  * Reads the environment into *cfg. Never fails: a value that does not parse is reported on

@@ -105,6 +105,8 @@ struct profiles {
   char host[256];
   char exe[PATH_MAX];
   char stem[PATH_MAX]; /* o.file_stem's copy, "" without one */
+  char path[PATH_MAX]; /* o.file_path's copy, "" without one */
+  char comment[512];   /* o.comment's copy, "" without one */
   struct window w[2];  /* w[0] older than w[1] when both are open */
   struct symbolizer *sym;
   struct pprof_builder *b;
@@ -362,6 +364,22 @@ static uint64_t mapping_of(struct profiles *p, int module)
   return m->map_id;
 }
 
+/* A native frame's function name, or module+0xoffset, or the address (formatted into buf). */
+static const char *frame_name(const struct profiles *p, const struct frame_info *fi, char *buf,
+                              size_t len)
+{
+  if (fi->function)
+    return fi->function;
+  if (fi->module >= 0) {
+    const char *path = p->modules[fi->module].path, *slash = strrchr(path, '/');
+    snprintf(buf, len, "%s+0x%llx", slash ? slash + 1 : path,
+             (unsigned long long)fi->module_offset);
+  } else {
+    snprintf(buf, len, "0x%llx", (unsigned long long)fi->frame);
+  }
+  return buf;
+}
+
 /* The location of a host frame in the profile being built (0 on failure). */
 static uint64_t frame_location(struct profiles *p, uint64_t frame)
 {
@@ -379,17 +397,7 @@ static uint64_t frame_location(struct profiles *p, uint64_t frame)
     fi->loc_id = pprof_builder_location(p->b, 0, 0, fn, fi->line);
   } else {
     map = mapping_of(p, fi->module);
-    name = fi->function;
-    if (!name) {
-      if (fi->module >= 0) {
-        const char *path = p->modules[fi->module].path, *slash = strrchr(path, '/');
-        snprintf(buf, sizeof(buf), "%s+0x%llx", slash ? slash + 1 : path,
-                 (unsigned long long)fi->module_offset);
-      } else {
-        snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)frame);
-      }
-      name = buf;
-    }
+    name = frame_name(p, fi, buf, sizeof(buf));
     fn = pprof_builder_function(p->b, name, name, NULL, 0);
     fi->loc_id = pprof_builder_location(p->b, map, frame, fn, 0);
   }
@@ -604,7 +612,9 @@ static int write_file(struct profiles *p, int kind, uint64_t start, const uint8_
   int fd, ret, n;
 
   files_utc_stamp(start, stamp, sizeof(stamp));
-  if (p->stem[0])
+  if (p->path[0])
+    n = snprintf(path, sizeof(path), "%s", p->path);
+  else if (p->stem[0])
     n = snprintf(path, sizeof(path), "%s-%s.pb.gz", p->stem, kind_names[kind]);
   else
     n = snprintf(path, sizeof(path), "%s/gpuprof-%s-%d-%s-%s.pb.gz", p->output_dir, p->host,
@@ -686,6 +696,8 @@ static int build(struct profiles *p, struct window *w, int kind, uint64_t end, i
              (unsigned long long)w->represented);
     pprof_builder_add_comment(p->b, comment);
   }
+  if (p->comment[0])
+    pprof_builder_add_comment(p->b, p->comment);
   if (w->overflow || w->late) {
     snprintf(comment, sizeof(comment),
              "window: %llu events lost their stack (too many distinct stacks), %llu arrived "
@@ -980,6 +992,10 @@ struct profiles *profiles_new(const struct profiles_options *o, uint64_t now_ns)
   p->o.host = p->host;
   snprintf(p->stem, sizeof(p->stem), "%s", o->file_stem ? o->file_stem : "");
   p->o.file_stem = p->stem;
+  snprintf(p->path, sizeof(p->path), "%s", o->file_path ? o->file_path : "");
+  p->o.file_path = p->path;
+  snprintf(p->comment, sizeof(p->comment), "%s", o->comment ? o->comment : "");
+  p->o.comment = p->comment;
   n = readlink("/proc/self/exe", p->exe, sizeof(p->exe) - 1);
   p->exe[n > 0 ? n : 0] = '\0';
   p->b = pprof_builder_new();
@@ -1010,6 +1026,40 @@ void profiles_free(struct profiles *p)
 void profiles_get_stats(const struct profiles *p, struct profiles_stats *out)
 {
   *out = p->stats;
+}
+
+int profiles_stack_leaf_name(struct profiles *p, uint32_t stack_id, char *buf, size_t len)
+{
+  uint64_t frames[STACK_MAX_DEPTH];
+  struct frame_info *fi = NULL;
+  const char *name;
+  int n;
+
+  snprintf(buf, len, "?");
+  if (!stack_id || !p->o.stacks ||
+      (n = stack_table_get(p->o.stacks, stack_id, frames, STACK_MAX_DEPTH)) < 1)
+    return -ENOENT;
+  /* Created on first use, on the calling thread, as window_write does. */
+  if (!p->sym && !(p->sym = symbolizer_new()))
+    return -ENOMEM;
+  /* The CUDA runtime's own frames stay in stacks (the unwinder skips only the driver's and
+   * CUPTI's): the caller is the innermost frame outside libcudart (else the outermost one). */
+  for (int i = 0; i < n && !fi; i++) {
+    const char *path, *slash;
+
+    if (!(fi = frame_get(p, frames[i])))
+      return -ENOMEM;
+    if (fi->module >= 0 && i + 1 < n) {
+      path = p->modules[fi->module].path;
+      slash = strrchr(path, '/');
+      if (!strncmp(slash ? slash + 1 : path, "libcudart", 9))
+        fi = NULL;
+    }
+  }
+  name = frame_name(p, fi, buf, len);
+  if (name != buf)
+    snprintf(buf, len, "%s", name);
+  return 0;
 }
 
 /* ---- the agent's instance ---- */

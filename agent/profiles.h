@@ -37,6 +37,10 @@ struct profiles_options {
    * wall-clock-aligned ones, and files named <file_stem>-<kind>.pb.gz. 0 / NULL: windows. */
   uint64_t origin_ns;
   const char *file_stem;
+  /* A snapshot's exact file path instead of the windows' names, and a comment added to every
+   * profile built (agent/oom.c). NULL: none. */
+  const char *file_path;
+  const char *comment;
   /* Called after each file is written (on the writing thread); NULL: not called. */
   void (*file_written)(void *arg, int kind, const char *path);
   void *file_written_arg;
@@ -81,6 +85,11 @@ void profiles_tick(struct profiles *p, uint64_t now_ns);
 /* Writes every open window, the last one as a partial window ending at now. */
 void profiles_finish(struct profiles *p, uint64_t now_ns);
 void profiles_get_stats(const struct profiles *p, struct profiles_stats *out);
+
+/* The name of a stack's innermost frame (the function that made the call): its function, or
+ * module+0xoffset, or the address; resolved with the instance's symbolizer on its thread.
+ * 0, or -ENOENT (no stack, stacks off) / -ENOMEM, and then buf holds "?". */
+int profiles_stack_leaf_name(struct profiles *p, uint32_t stack_id, char *buf, size_t len);
 
 /* The kind names used in file names: "gpu_time", "gpu_memory", "memcpy". */
 #define PROFILES_KIND_COUNT 3

@@ -16,10 +16,12 @@
 #include "agent/config.h"
 #include "agent/graph_map.h"
 #include "agent/hoststack.h"
+#include "agent/oom.h"
 #include "agent/stack_report.h"
 #include "agent/uploader.h"
 #include "agent/util/fdwriter.h"
 #include "agent/util/files.h"
+#include "agent/util/format.h"
 #include "agent/util/log.h"
 #include "export/json.h"
 #include "gpuprof/gpuprof.h"
@@ -170,6 +172,35 @@ static void write_graphs(struct json_writer *w, const struct summary_input *in)
   json_writer_end_object(w);
 }
 
+/* Allocations that failed for lack of memory (agent/oom.h), when there were any. */
+static void write_oom(struct json_writer *w)
+{
+  struct oom_stats st;
+  char api[64];
+
+  oom_get_stats(&st);
+  if (!st.failed)
+    return;
+  json_writer_key(w, "oom");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "failed_allocations", st.failed);
+  json_writer_kv_uint(w, "snapshots", st.snapshots);
+  json_writer_kv_uint(w, "skipped", st.skipped);
+  json_writer_kv_uint(w, "errors", st.errors);
+  if (st.have_first) {
+    aggregate_api_base_name(st.first.api, api, sizeof(api));
+    json_writer_key(w, "first");
+    json_writer_begin_object(w);
+    json_writer_kv_string(w, "api", api);
+    json_writer_kv_uint(w, "bytes", st.first.bytes);
+    json_writer_kv_int(w, "device", st.first.device);
+    json_writer_kv_uint(w, "time_ns", st.first.time_ns);
+    json_writer_kv_uint(w, "tid", st.first.tid);
+    json_writer_end_object(w);
+  }
+  json_writer_end_object(w);
+}
+
 int summary_write_json(const struct summary_input *in, struct json_writer *w)
 {
   static const struct agg_totals zero;
@@ -269,6 +300,7 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
 
   write_graphs(w, in);
   write_captures(w);
+  write_oom(w);
 
   json_writer_key(w, "losses");
   json_writer_begin_object(w);
@@ -381,22 +413,6 @@ out:
 
 /* ---- the human version ---- */
 
-static void fmt_bytes(uint64_t b, char *buf, size_t len)
-{
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)b;
-  int u = 0;
-
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%llu B", (unsigned long long)b);
-  else
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-}
-
 static void fmt_ns(uint64_t ns, char *buf, size_t len)
 {
   if (ns < 10000)
@@ -446,13 +462,13 @@ void summary_print(const struct summary_input *in, const char *written_to)
     const struct agg_bucket *m = &t->memcpy[kind];
     if (!m->count)
       continue;
-    fmt_bytes(m->bytes, a, sizeof(a));
+    format_bytes(m->bytes, a, sizeof(a));
     fmt_ns(m->gpu_time_ns, b, sizeof(b));
     fd_writer_printf(&fw, "gpuprof:   memcpy %-7s %llu copies, %s, %s\n",
                      aggregate_copy_kind_name(kind), (unsigned long long)m->count, a, b);
   }
   if (t->memset.count) {
-    fmt_bytes(t->memset.bytes, a, sizeof(a));
+    format_bytes(t->memset.bytes, a, sizeof(a));
     fd_writer_printf(&fw, "gpuprof:   memset: %llu sets, %s\n", (unsigned long long)t->memset.count,
                      a);
   }
@@ -460,8 +476,8 @@ void summary_print(const struct summary_input *in, const char *written_to)
     const struct alloc_device_stats *d = &in->mem->dev[i];
     if (!d->allocs && !d->frees)
       continue;
-    fmt_bytes(d->peak_in_use, a, sizeof(a));
-    fmt_bytes(d->in_use, b, sizeof(b));
+    format_bytes(d->peak_in_use, a, sizeof(a));
+    format_bytes(d->in_use, b, sizeof(b));
     if (i == 0)
       fd_writer_printf(&fw, "gpuprof:   pinned host memory: ");
     else
@@ -478,6 +494,21 @@ void summary_print(const struct summary_input *in, const char *written_to)
                                     hoststack_sample_every(),
                                     in->cfg->stack_depth};
     stack_report_print(&sr, &fw);
+  }
+  {
+    struct oom_stats st;
+    char api[64];
+
+    oom_get_stats(&st);
+    if (st.failed && st.have_first) {
+      aggregate_api_base_name(st.first.api, api, sizeof(api));
+      format_bytes(st.first.bytes, a, sizeof(a));
+      fd_writer_printf(&fw,
+                       "gpuprof:   out of memory: %llu allocations failed (first: %s of %s on "
+                       "device %d), %llu snapshots written\n",
+                       (unsigned long long)st.failed, api, a, (int)st.first.device,
+                       (unsigned long long)st.snapshots);
+    }
   }
 
   losses = in->worker.dropped_records + in->worker.zero_timestamps + in->worker.invalid_records +

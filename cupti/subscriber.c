@@ -15,6 +15,7 @@
 #include "agent/ctx_map.h"
 #include "agent/graph_map.h"
 #include "agent/hoststack.h"
+#include "agent/oom.h"
 #include "agent/stack.h"
 #include "agent/thread.h"
 #include "agent/util/clock.h"
@@ -156,6 +157,66 @@ static int call_succeeded(const CUpti_CallbackData *cb)
   return result == 0;
 }
 
+/* cudaErrorMemoryAllocation and CUDA_ERROR_OUT_OF_MEMORY are both 2. */
+static int call_out_of_memory(const CUpti_CallbackData *cb)
+{
+  int result;
+
+  if (!cb->functionReturnValue)
+    return 0;
+  memcpy(&result, cb->functionReturnValue, sizeof(result));
+  return result == 2;
+}
+
+/* What a failed allocation asked for, from its parameters (outputs are not valid on failure). */
+static uint64_t requested_bytes(const struct cbid_entry *e, const char *params)
+{
+  switch (e->params) {
+  case CBID_PARAMS_OUT_PTR_SIZE:
+  case CBID_PARAMS_VMM_CREATE:
+    return read_u64(params + e->size_off);
+  case CBID_PARAMS_RT_PITCH: {
+    const cudaMallocPitch_v3020_params *p = (const void *)params;
+    return (uint64_t)p->width * p->height;
+  }
+  case CBID_PARAMS_DRV_PITCH: {
+    const cuMemAllocPitch_v2_params *p = (const void *)params;
+    return (uint64_t)p->WidthInBytes * p->Height;
+  }
+  case CBID_PARAMS_RT_3D: {
+    const cudaMalloc3D_v3020_params *p = (const void *)params;
+    return (uint64_t)p->extent.width * p->extent.height * (p->extent.depth ? p->extent.depth : 1);
+  }
+  default:
+    return 0;
+  }
+}
+
+/* An outermost allocation call that failed for lack of memory: agent/oom.c takes it from here
+ * (a count, and at most one snapshot per GPUPROF_OOM_INTERVAL). Never on the success path. */
+static void note_oom(const struct cbid_entry *e, const CUpti_CallbackData *cb,
+                     struct thread_state *ts)
+{
+  struct thread_call *top = thread_top_call(ts);
+  struct oom_event ev = {.time_ns = clock_realtime_ns(),
+                         .api = cb->functionName,
+                         .stack_id = top ? top->stack_id : 0,
+                         .tid = ts->tid,
+                         .kind = e->kind};
+  const cuMemCreate_params *vmm = cb->functionParams;
+
+  if (cb->functionParams)
+    ev.bytes = requested_bytes(e, cb->functionParams);
+  if (e->kind == ALLOC_KIND_PINNED)
+    ev.device = ALLOC_DEVICE_HOST;
+  else if (e->params == CBID_PARAMS_VMM_CREATE && vmm && vmm->prop &&
+           vmm->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+    ev.device = vmm->prop->location.id;
+  else
+    ev.device = context_device(cb->context, cb->contextUid);
+  oom_record(&ev);
+}
+
 /*
  * The host stack of a call at ENTER, before it is pushed. A call nested in another one on
  * this thread (a runtime call reaching the driver) shares the outer call's stack and sampling
@@ -263,8 +324,12 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
                        exit_ns);
     corr_table_exit(corr, cb->correlationId, exit_ns);
   }
-  if (is_memory && !thread_inside_memory_call(ts) && call_succeeded(cb))
-    track_memory(e, cb);
+  if (is_memory && !thread_inside_memory_call(ts)) {
+    if (call_succeeded(cb))
+      track_memory(e, cb);
+    else if (e->cls == CBID_ALLOC && call_out_of_memory(cb))
+      note_oom(e, cb, ts);
+  }
   thread_pop_call(ts, cb->correlationId);
 }
 
