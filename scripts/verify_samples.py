@@ -22,6 +22,9 @@ For every sample in samples/expectations.json and every mode it runs the sample 
 then measures overhead: samples/launch_loop run --repeat times without and with the agent
 (continuous mode), median wall time of its loop, slowdown in percent.
 
+A sample's "stderr_expect" lists regexes of agent lines it causes on purpose (each must match
+exactly one line); any other line starting with "gpuprof" on stderr fails the run.
+
 Check kinds (fields of a check in expectations.json; numbers may be "{launches}" or
 "{launches+1}"):
   summary:  kernel {name, count, streams?, api?, devices?}; kernel_match {name_re, count? |
@@ -30,7 +33,7 @@ Check kinds (fields of a check in expectations.json; numbers may be "{launches}"
             absent}; memset {count, bytes}; memory {device, allocs?, frees?, bytes_allocated?,
             bytes_freed?, in_use?, peak_in_use?, by_kind?, allocs_at_least?,
             in_use_at_least?}; in_use_stack {rank, function_re, bytes?, allocations?};
-            losses_zero
+            oom {failed_allocations?, snapshots?, first_api?}; losses_zero
   pprof:    pprof_total {profile, sample_type[], value | value_at_least} summed over windows;
             pprof_inuse {profile, sample_type[], value | value_at_least, top_function_re?} of
             the last window; pprof_leaf {profile, sample_type[], leaf_re, value} summed over
@@ -331,6 +334,16 @@ def check_summary(c, s, o, ctx):
             o.eq(f"in-use stack #{rank} bytes", st.get("bytes"), c["bytes"])
         if "allocations" in c:
             o.eq(f"in-use stack #{rank} allocations", st.get("allocations"), c["allocations"])
+    elif kind == "oom":
+        oom = s.get("oom")
+        if oom is None:
+            o.add("FAIL", "oom: no oom section in the summary (no failed allocation seen)")
+            return
+        for k in ("failed_allocations", "snapshots"):
+            if k in c:
+                o.eq(f"oom {k}", oom.get(k), c[k])
+        if "first_api" in c:
+            o.eq("oom first failed API", oom.get("first", {}).get("api"), c["first_api"])
     elif kind == "losses_zero":
         losses = {k: v for k, v in s.get("losses", {}).items() if v}
         o.eq("losses (non-zero counters)", losses, {})
@@ -541,6 +554,11 @@ def verify_run(name, spec, mode, a, env_base, reader):
               f"stdout has a line matching /{pat}/" + ("" if re.search(pat, out, re.M)
                                                        else f": {out[-300:]!r}"))
     agent_lines = [l for l in err.splitlines() if l.startswith("gpuprof")]
+    # Lines the sample causes on purpose (stderr_expect: regexes, each matching one line).
+    for rx in spec.get("stderr_expect", []):
+        hits = [l for l in agent_lines if re.search(rx, l)]
+        o.eq(f"agent lines on stderr matching /{rx}/", len(hits), 1)
+        agent_lines = [l for l in agent_lines if l not in hits]
     o.eq("agent warnings on stderr", agent_lines, [])
 
     summary, why = load_summary(outdir)
