@@ -41,18 +41,6 @@ void thread_pop_call_slow(struct thread_state *ts, uint32_t corr_id)
   /* Not open at all (its ENTER predates the agent): leave the stack as it is. */
 }
 
-uint32_t thread_parent_runtime(const struct thread_state *ts)
-{
-  int top = ts->depth - 1;
-
-  if (top > THREAD_MAX_OPEN_CALLS)
-    top = THREAD_MAX_OPEN_CALLS;
-  for (int i = top - 1; i >= 0; i--)
-    if (ts->open[i].domain == CORR_DOMAIN_RUNTIME)
-      return ts->open[i].corr_id;
-  return 0;
-}
-
 int thread_inside_memory_call(const struct thread_state *ts)
 {
   int top = ts->depth - 1;

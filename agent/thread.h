@@ -100,8 +100,12 @@ static inline void thread_pop_call(struct thread_state *ts, uint32_t corr_id)
   else
     thread_pop_call_slow(ts, corr_id);
 }
-/* The innermost open runtime call's correlation id below the top, or 0. */
-uint32_t thread_parent_runtime(const struct thread_state *ts);
+/* The outermost open call's correlation id (the user's call that a call entered now is nested
+ * in), or 0 when none is open. */
+static inline uint32_t thread_outermost_call(const struct thread_state *ts)
+{
+  return ts->depth > 0 ? ts->open[0].corr_id : 0;
+}
 /* True if an alloc/free call encloses the top call (which then must not touch the map). */
 int thread_inside_memory_call(const struct thread_state *ts);
 

@@ -266,11 +266,6 @@ static void stack_for_call(struct thread_state *ts, const struct cbid_entry *e, 
  * of its own, and is no slice in a trace capture. tests/nested runs the checks in both worlds
  * (FAKEGPU_NESTED).
  */
-static uint32_t outermost_call(const struct thread_state *ts)
-{
-  return ts->depth > 0 ? ts->open[0].corr_id : 0;
-}
-
 static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
 {
   const struct cbid_entry *e = cbid_lookup(domain, cbid);
@@ -295,7 +290,7 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
         .enter_ns = clock_realtime_ns(),
     };
     stack_for_call(ts, e, &info.stack_id, &info.weight);
-    info.parent_corr_id = outermost_call(ts);
+    info.parent_corr_id = thread_outermost_call(ts);
     thread_push_call(ts, cb->correlationId, dom, is_memory);
     if ((top = thread_top_call(ts))) {
       top->stack_id = info.stack_id;
