@@ -318,7 +318,10 @@ int oom_start(const struct config *cfg, struct alloc_map *map, struct stack_tabl
   struct worker_consumer c = {NULL, consumer_tick, NULL};
   int ret;
 
-  if (!cfg->oom_interval_ns || !map)
+  /* On demand the live map misses every free made between captures (agent/capture.c keeps a
+   * map of its own for that reason): a snapshot from it would name memory long freed. There,
+   * failures seen during a capture are only counted. */
+  if (!cfg->oom_interval_ns || !map || cfg->mode != CONFIG_MODE_CONTINUOUS)
     return 0;
   allocs = map;
   stacks = table;

@@ -30,7 +30,8 @@ struct oom_event {
  */
 void oom_record(const struct oom_event *ev);
 
-/* From init, before worker_start: allocates the slot and registers the worker consumer.
+/* From init, before worker_start: allocates the slot and registers the worker consumer
+ * (continuous mode only: nothing in on-demand mode, or with GPUPROF_OOM_INTERVAL=0).
  * 0 or -errno (then failures are still counted, no snapshot is written). */
 int oom_start(const struct config *cfg, struct alloc_map *allocs, struct stack_table *stacks);
 /* From shutdown after worker_stop: writes a snapshot still pending if the worker was joined. */
