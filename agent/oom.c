@@ -14,6 +14,7 @@
 #include "agent/config.h"
 #include "agent/profiles.h"
 #include "agent/stack.h"
+#include "agent/util/clock.h"
 #include "agent/util/files.h"
 #include "agent/util/format.h"
 #include "agent/util/hash.h"
@@ -62,7 +63,8 @@ static int pid;
 static struct oom_snapshot snap;
 static _Atomic int slot_state = SLOT_FREE;
 static _Atomic int started;
-static _Atomic uint64_t last_snapshot_ns; /* the failure time of the last snapshot taken */
+/* CLOCK_MONOTONIC of the last snapshot taken: the rate limit must not follow wall-clock steps. */
+static _Atomic uint64_t last_snapshot_mono;
 static _Atomic uint64_t n_failed, n_snapshots, n_skipped, n_errors;
 static struct oom_event first;
 static _Atomic int first_ready;
@@ -113,7 +115,7 @@ static void snapshot_add(const struct alloc_info *a, void *arg)
 
 void oom_record(const struct oom_event *ev)
 {
-  uint64_t last;
+  uint64_t last, now;
   int expected = SLOT_FREE;
 
   if (atomic_fetch_add_explicit(&n_failed, 1, memory_order_relaxed) == 0) {
@@ -124,21 +126,22 @@ void oom_record(const struct oom_event *ev)
     atomic_fetch_add_explicit(&n_skipped, 1, memory_order_relaxed);
     return;
   }
-  last = atomic_load_explicit(&last_snapshot_ns, memory_order_relaxed);
-  if ((last && ev->time_ns < last + interval_ns) ||
+  now = clock_monotonic_ns();
+  last = atomic_load_explicit(&last_snapshot_mono, memory_order_relaxed);
+  if ((last && now < last + interval_ns) ||
       !atomic_compare_exchange_strong_explicit(&slot_state, &expected, SLOT_FILLING,
                                                memory_order_acquire, memory_order_relaxed)) {
     atomic_fetch_add_explicit(&n_skipped, 1, memory_order_relaxed);
     return;
   }
   /* Checked again with the slot held: another thread may have taken a snapshot meanwhile. */
-  last = atomic_load_explicit(&last_snapshot_ns, memory_order_relaxed);
-  if (last && ev->time_ns < last + interval_ns) {
+  last = atomic_load_explicit(&last_snapshot_mono, memory_order_relaxed);
+  if (last && now < last + interval_ns) {
     atomic_store_explicit(&slot_state, SLOT_FREE, memory_order_release);
     atomic_fetch_add_explicit(&n_skipped, 1, memory_order_relaxed);
     return;
   }
-  atomic_store_explicit(&last_snapshot_ns, ev->time_ns, memory_order_relaxed);
+  atomic_store_explicit(&last_snapshot_mono, now, memory_order_relaxed);
   /* The slot is ours: the worker cleared it when it handed it back. */
   snap.ev = *ev;
   alloc_map_for_each(allocs, snapshot_add, &snap);
@@ -347,8 +350,12 @@ int oom_start(const struct config *cfg, struct alloc_map *map, struct stack_tabl
 void oom_stop(int worker_joined)
 {
   /* A worker that could not be joined may still be inside take_pending: leave it be. */
-  if (worker_joined && atomic_load_explicit(&started, memory_order_acquire))
-    take_pending();
+  if (!worker_joined || !atomic_load_explicit(&started, memory_order_acquire))
+    return;
+  take_pending();
+  /* Still being filled by a thread that failed during shutdown: taken, never written. */
+  if (atomic_load_explicit(&slot_state, memory_order_acquire) != SLOT_FREE)
+    atomic_fetch_add_explicit(&n_errors, 1, memory_order_relaxed);
 }
 
 void oom_get_stats(struct oom_stats *out)

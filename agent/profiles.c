@@ -1028,6 +1028,26 @@ void profiles_get_stats(const struct profiles *p, struct profiles_stats *out)
   *out = p->stats;
 }
 
+/*
+ * A frame of the CUDA runtime: in libcudart.so, or, when the program links the runtime
+ * statically (nvcc's default), a function of its API (`cuda` + a capital: cudaMalloc,
+ * cudaMallocAsync) or one of its internals (`cudart::...`, `__cudart...`) in the program.
+ */
+static int runtime_frame(const struct profiles *p, const struct frame_info *fi)
+{
+  const char *f = fi->function;
+
+  if (fi->module >= 0) {
+    const char *path = p->modules[fi->module].path, *slash = strrchr(path, '/');
+    if (!strncmp(slash ? slash + 1 : path, "libcudart", 9))
+      return 1;
+  }
+  if (!f || fi->python)
+    return 0;
+  return (!strncmp(f, "cuda", 4) && f[4] >= 'A' && f[4] <= 'Z') || !strncmp(f, "cudart::", 8) ||
+         !strncmp(f, "__cudart", 8);
+}
+
 int profiles_stack_leaf_name(struct profiles *p, uint32_t stack_id, char *buf, size_t len)
 {
   uint64_t frames[STACK_MAX_DEPTH];
@@ -1043,18 +1063,12 @@ int profiles_stack_leaf_name(struct profiles *p, uint32_t stack_id, char *buf, s
   if (!p->sym && !(p->sym = symbolizer_new()))
     return -ENOMEM;
   /* The CUDA runtime's own frames stay in stacks (the unwinder skips only the driver's and
-   * CUPTI's): the caller is the innermost frame outside libcudart (else the outermost one). */
+   * CUPTI's): the caller is the innermost frame outside it (else the outermost one). */
   for (int i = 0; i < n && !fi; i++) {
-    const char *path, *slash;
-
     if (!(fi = frame_get(p, frames[i])))
       return -ENOMEM;
-    if (fi->module >= 0 && i + 1 < n) {
-      path = p->modules[fi->module].path;
-      slash = strrchr(path, '/');
-      if (!strncmp(slash ? slash + 1 : path, "libcudart", 9))
-        fi = NULL;
-    }
+    if (i + 1 < n && runtime_frame(p, fi))
+      fi = NULL;
   }
   name = frame_name(p, fi, buf, len);
   if (name != buf)
