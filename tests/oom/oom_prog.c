@@ -1,6 +1,7 @@
 /* A workload that runs a simulated 80 MiB GPU (FAKEGPU_DEVICE_MEM_MIB=80) out of memory: known
  * holders, a failed allocation it survives (as PyTorch's caching allocator does), a second one, a
  * normal exit. */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,22 @@ NOINLINE static void retry_batch(void)
   must_fail(cudaMallocStaticShim(&p, 12 * MIB), "retry_batch");
 }
 
+/* Whether the agent has written a gpu_memory_oom snapshot into GPUPROF_OUTPUT_DIR. */
+static int snapshot_written(void)
+{
+  const char *dir = getenv("GPUPROF_OUTPUT_DIR");
+  struct dirent *e;
+  DIR *d = dir ? opendir(dir) : NULL;
+  int found = 0;
+
+  while (d && !found && (e = readdir(d)))
+    found = strstr(e->d_name, "-gpu_memory_oom-") && strstr(e->d_name, ".pb.gz") &&
+            !strstr(e->d_name, ".tmp");
+  if (d)
+    closedir(d);
+  return found;
+}
+
 int main(int argc, char **argv)
 {
   int pause_ms = 0;
@@ -112,9 +129,14 @@ int main(int argc, char **argv)
   grow_batch();
   drop_cache();
   after_oom();
-  /* A pause longer than GPUPROF_OOM_INTERVAL makes the second failure snapshot-worthy. */
-  if (pause_ms)
+  /* A pause longer than GPUPROF_OOM_INTERVAL makes the second failure snapshot-worthy; the
+   * first snapshot must also be written by then (its slot free again), which a loaded
+   * machine may delay: wait for its file (up to 30 s) before the rest of the pause. */
+  if (pause_ms) {
+    for (int i = 0; i < 300 && !snapshot_written(); i++)
+      usleep(100 * 1000);
     usleep((useconds_t)pause_ms * 1000);
+  }
   retry_batch();
   for (int i = 0; i < 3; i++)
     must(FREE(late[i]), "free late");
