@@ -77,12 +77,7 @@ def main():
     c.eq("exit status", proc.returncode, 0)
     c.true("the program finished its work", "graph_attr: done" in stdout)
     check(c, a.case, proc.pid)
-    if c.failures:
-        for f in c.failures:
-            print("FAIL:", f)
-        return 1
-    print(f"check_graphs {a.case}: ok")
-    return 0
+    return c.exit_status(f"check_graphs {a.case}")
 
 
 if __name__ == "__main__":

@@ -135,12 +135,7 @@ def main():
         a.case = "runtime"
     check(c, a.case, "cuMemAlloc" if "driver" in cmd[1:] else "cudaMalloc", r, proc.pid)
     c.eq("temporary files left behind", glob.glob(os.path.join(out_dir, "*.tmp")), [])
-    if c.failures:
-        for f in c.failures:
-            print("FAIL:", f)
-        return 1
-    print(f"check_oom {a.case}: ok")
-    return 0
+    return c.exit_status(f"check_oom {a.case}")
 
 
 if __name__ == "__main__":

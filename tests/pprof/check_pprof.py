@@ -47,6 +47,14 @@ class Check:
         if not cond:
             self.failures.append(what)
 
+    def exit_status(self, name):
+        """Prints the failures (or that `name` passed) and returns the script's exit status."""
+        for f in self.failures:
+            print("FAIL:", f)
+        if not self.failures:
+            print(f"{name}: ok")
+        return 1 if self.failures else 0
+
 
 LOC_RE = re.compile(r"^\s*(\d+): (0x[0-9a-f]+)(?: M=(\d+))?(?: (.*) (\S*):(-?\d+) s=(-?\d+)(?:\(.*\))?)?\s*$")
 SAMPLE_RE = re.compile(r"^\s*((?:-?\d+\s+)+)-?\d+: ([\d ]*)$")
@@ -484,12 +492,7 @@ def main():
         globals()["case_" + a.case](c, r, proc.pid)
         leftovers = glob.glob(os.path.join(out_dir, "*.tmp"))
         c.eq("temporary files left behind", leftovers, [])
-    if c.failures:
-        for f in c.failures:
-            print("FAIL:", f)
-        return 1
-    print(f"check_pprof {a.case}: ok")
-    return 0
+    return c.exit_status(f"check_pprof {a.case}")
 
 
 if __name__ == "__main__":
