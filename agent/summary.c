@@ -503,11 +503,14 @@ void summary_print(const struct summary_input *in, const char *written_to)
     if (st.failed && st.have_first) {
       aggregate_api_base_name(st.first.api, api, sizeof(api));
       format_bytes(st.first.bytes, a, sizeof(a));
+      if (st.first.device == ALLOC_DEVICE_HOST)
+        snprintf(b, sizeof(b), "pinned host memory");
+      else
+        snprintf(b, sizeof(b), "device %d", (int)st.first.device);
       fd_writer_printf(&fw,
                        "gpuprof:   out of memory: %llu allocations failed (first: %s of %s on "
-                       "device %d), %llu snapshots written\n",
-                       (unsigned long long)st.failed, api, a, (int)st.first.device,
-                       (unsigned long long)st.snapshots);
+                       "%s), %llu snapshots written\n",
+                       (unsigned long long)st.failed, api, a, b, (unsigned long long)st.snapshots);
     }
   }
 
