@@ -38,7 +38,8 @@ struct profiles_options {
   uint64_t origin_ns;
   const char *file_stem;
   /* A snapshot's exact file path instead of the windows' names, and a comment added to every
-   * profile built (agent/oom.c). NULL: none. */
+   * profile built (agent/oom.c). NULL: none. Every kind and window is written to that one
+   * path: only for an instance that writes a single profile. */
   const char *file_path;
   const char *comment;
   /* Called after each file is written (on the writing thread); NULL: not called. */

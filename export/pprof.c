@@ -384,7 +384,7 @@ static int utf8_seq_len(const unsigned char *s)
  * file names, symbols and labels are bytes: NULL when s is valid, else a malloc'd copy with
  * every invalid byte replaced by '?'.
  */
-static char *utf8_sanitized(const char *s)
+static char *utf8_sanitized(const char *s, int *nomem)
 {
   const unsigned char *p = (const unsigned char *)s;
   char *out, *o;
@@ -395,8 +395,10 @@ static char *utf8_sanitized(const char *s)
   if (!*p)
     return NULL;
   out = o = malloc(strlen(s) + 1);
-  if (!out)
+  if (!out) {
+    *nomem = 1;
     return NULL;
+  }
   for (p = (const unsigned char *)s; *p;) {
     n = utf8_seq_len(p);
     if (n == 0) {
@@ -418,6 +420,7 @@ int64_t pprof_builder_string(struct pprof_builder *b, const char *s)
   size_t len, slot;
   long pos;
   char *copy, *clean;
+  int nomem = 0;
 
   if (!s || !*s)
     return 0;
@@ -428,10 +431,15 @@ int64_t pprof_builder_string(struct pprof_builder *b, const char *s)
   pos = index_find(b, &b->string_index, h, string_eq, s, &slot);
   if (pos >= 0)
     return pos;
-  if ((clean = utf8_sanitized(s)) != NULL) {
+  if ((clean = utf8_sanitized(s, &nomem)) != NULL) {
     pos = pprof_builder_string(b, clean);
     free(clean);
     return pos;
+  }
+  /* Never intern the invalid bytes: Pyroscope rejects a whole profile for one such string. */
+  if (nomem) {
+    b->failed = 1;
+    return 0;
   }
   copy = arena_copy(b, s, len);
   if (!copy || VEC_PUSH(b, b->strings, copy))

@@ -75,7 +75,8 @@ int pprof_builder_add_sample(struct pprof_builder *b, const uint64_t *location_i
 
 /* A label's id, interned (the same label twice gets the same id), for
  * pprof_builder_add_sample_labels: a caller that adds the same few labels to every sample
- * interns them once per profile. 0 when out of memory. */
+ * interns them once per profile. 0 when out of memory. Ids are valid until
+ * pprof_builder_reset: after it, an old id may name another label. */
 uint64_t pprof_builder_label(struct pprof_builder *b, const struct pprof_label *label);
 /* pprof_builder_add_sample with labels given by their ids. */
 int pprof_builder_add_sample_labels(struct pprof_builder *b, const uint64_t *location_ids,
