@@ -16,7 +16,7 @@
 #include "agent/stack.h"
 #include "agent/util/clock.h"
 #include "agent/util/files.h"
-#include "agent/util/format.h"
+#include "export/format.h"
 #include "agent/util/hash.h"
 #include "agent/util/log.h"
 #include "agent/worker.h"

@@ -21,7 +21,7 @@
 #include "agent/uploader.h"
 #include "agent/util/fdwriter.h"
 #include "agent/util/files.h"
-#include "agent/util/format.h"
+#include "export/format.h"
 #include "agent/util/log.h"
 #include "export/json.h"
 #include "gpuprof/gpuprof.h"

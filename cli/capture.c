@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "export/format.h"
 
 #define POLL_INTERVAL_MS 200
 /* After its planned end, a capture has this long to finish its file before we give up. */
@@ -374,7 +375,7 @@ static void report(struct target *t, size_t n, int *rc)
               (unsigned long long)st->id, st->error_text[0] ? st->error_text : "error");
       *rc = worse(*rc, EXIT_ERROR);
     }
-    client_format_bytes(st->bytes, b, sizeof(b));
+    format_bytes(st->bytes, b, sizeof(b));
     fprintf(stderr, "gpuprof: pid %d: capture #%llu: %llu events, %s, %llu dropped, %zu file%s\n",
             t[i].sock.pid, (unsigned long long)st->id, (unsigned long long)st->events, b,
             (unsigned long long)st->dropped, st->n_files, st->n_files == 1 ? "" : "s");
@@ -433,7 +434,7 @@ int cmd_capture(int argc, char **argv)
       break;
     if (tty) {
       char b[32];
-      client_format_bytes(bytes, b, sizeof(b));
+      format_bytes(bytes, b, sizeof(b));
       fprintf(stderr, "\r\033[Kgpuprof: capturing %zu process%s: %llu s left, %llu events, %s",
               running, running == 1 ? "" : "es",
               (unsigned long long)((left + 999999999ull) / 1000000000ull),

@@ -271,22 +271,6 @@ void client_status_read(const struct client_reply *rep, struct client_status *st
       st->files[st->n_files++] = m->fields[i].value;
 }
 
-void client_format_bytes(uint64_t bytes, char *out, size_t len)
-{
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  unsigned u = 0;
-
-  while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-    v /= 1024.0;
-    u++;
-  }
-  if (u == 0)
-    snprintf(out, len, "%llu B", (unsigned long long)bytes);
-  else
-    snprintf(out, len, "%.1f %s", v, units[u]);
-}
-
 int client_parse_duration(const char *s, uint64_t *ns)
 {
   static const struct {

@@ -62,9 +62,6 @@ struct client_status {
 
 void client_status_read(const struct client_reply *rep, struct client_status *st);
 
-/* "1.5 MiB" */
-void client_format_bytes(uint64_t bytes, char *out, size_t len);
-
 /* Duration syntax of GPUPROF_* settings: integer + ns/us/ms/s/m/min/h, bare = seconds. */
 int client_parse_duration(const char *s, uint64_t *ns);
 

@@ -1,6 +1,6 @@
-/* Human-readable numbers for log lines and the printed summary. */
-#ifndef GPUPROF_AGENT_UTIL_FORMAT_H
-#define GPUPROF_AGENT_UTIL_FORMAT_H
+/* Human-readable numbers for the agent's log lines and summary and the CLI's output. */
+#ifndef GPUPROF_EXPORT_FORMAT_H
+#define GPUPROF_EXPORT_FORMAT_H
 
 #include <stddef.h>
 #include <stdint.h>
