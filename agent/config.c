@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "export/pyroscope.h"
+
 extern char **environ;
 
 /* Every variable this version reads; anything else with the prefix is reported as unknown. */
@@ -293,6 +295,21 @@ static void load_string(const char *var, char *dst, size_t cap, const char *fall
   memcpy(dst, v, strlen(v) + 1);
 }
 
+/*
+ * Durations beyond a year are refused: they are typos, and deadlines computed as now + the
+ * duration would wrap around 2^64 ns (a flush interval of "5124095h" would make the worker
+ * wake without end).
+ */
+#define MAX_DURATION_NS (366ull * 86400 * 1000000000ull)
+
+static int duration_too_long(const char *var, const char *v, uint64_t ns, const char *outcome)
+{
+  if (ns <= MAX_DURATION_NS)
+    return 0;
+  log_warn("%s='%s' is over the longest duration accepted (366 days); %s", var, v, outcome);
+  return 1;
+}
+
 static void load_duration(const char *var, uint64_t *dst, uint64_t min_ns, const char *what)
 {
   const char *v = env(var);
@@ -301,6 +318,12 @@ static void load_duration(const char *var, uint64_t *dst, uint64_t min_ns, const
 
   if (!v)
     return;
+  if (config_parse_duration(v, &ns) == 0 && ns > MAX_DURATION_NS) {
+    format_duration(*dst, def, sizeof(def));
+    snprintf(outcome, sizeof(outcome), "using %s", def);
+    duration_too_long(var, v, ns, outcome);
+    return;
+  }
   if (config_parse_duration(v, &ns) == 0 && ns >= min_ns) {
     *dst = ns;
     return;
@@ -492,6 +515,39 @@ static void load_stacks(struct config *cfg)
   }
 }
 
+/*
+ * A value sent in a request header (tenant, basic auth). Secrets made with `echo` end in a
+ * newline, which is not part of the value: it would end the request's headers early. Any
+ * other control character is an error: the value is not used (a secret is not quoted).
+ */
+static void load_header_value(const char *var, char *dst, size_t cap, int secret,
+                              const char *fallback_desc)
+{
+  const char *v = env(var);
+  size_t n = v ? strlen(v) : 0;
+
+  if (!v)
+    return;
+  while (n && (v[n - 1] == '\n' || v[n - 1] == '\r'))
+    n--;
+  for (size_t i = 0; i < n; i++) {
+    if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f) {
+      /* Not quoted: the character could split the log line too. */
+      log_warn("%s contains a control character (byte %zu); %s", var, i + 1, fallback_desc);
+      return;
+    }
+  }
+  if (n >= cap) {
+    if (secret)
+      log_warn("%s is over %zu bytes; %s", var, cap - 1, fallback_desc);
+    else
+      load_string(var, dst, cap, fallback_desc); /* reports it */
+    return;
+  }
+  memcpy(dst, v, n);
+  dst[n] = '\0';
+}
+
 /* A Kubernetes secret mounted as a file: its first line (a trailing newline is not part of it). */
 static void load_password_file(const char *var, char *dst, size_t cap)
 {
@@ -527,25 +583,22 @@ static void load_pyroscope(struct config *cfg)
   static const char *const apis[] = {"push", "ingest"};
 
   cfg->pyroscope_api = load_enum("GPUPROF_PYROSCOPE_API", apis, 2, 0, "one of push, ingest");
-  load_string("GPUPROF_PYROSCOPE_USER", cfg->pyroscope_user, sizeof(cfg->pyroscope_user),
-              "uploading without basic auth");
+  load_header_value("GPUPROF_PYROSCOPE_USER", cfg->pyroscope_user, sizeof(cfg->pyroscope_user), 0,
+                    "uploading without basic auth");
   if (env("GPUPROF_PYROSCOPE_PASSWORD") && env("GPUPROF_PYROSCOPE_PASSWORD_FILE"))
     log_warn("GPUPROF_PYROSCOPE_PASSWORD and GPUPROF_PYROSCOPE_PASSWORD_FILE are both set; "
              "using GPUPROF_PYROSCOPE_PASSWORD_FILE");
   if (env("GPUPROF_PYROSCOPE_PASSWORD_FILE"))
     load_password_file("GPUPROF_PYROSCOPE_PASSWORD_FILE", cfg->pyroscope_password,
                        sizeof(cfg->pyroscope_password));
-  else if (env("GPUPROF_PYROSCOPE_PASSWORD") &&
-           strlen(env("GPUPROF_PYROSCOPE_PASSWORD")) < sizeof(cfg->pyroscope_password))
-    strcpy(cfg->pyroscope_password, env("GPUPROF_PYROSCOPE_PASSWORD"));
-  else if (env("GPUPROF_PYROSCOPE_PASSWORD"))
-    log_warn("GPUPROF_PYROSCOPE_PASSWORD is over %zu bytes; uploading without a password",
-             sizeof(cfg->pyroscope_password) - 1);
+  else
+    load_header_value("GPUPROF_PYROSCOPE_PASSWORD", cfg->pyroscope_password,
+                      sizeof(cfg->pyroscope_password), 1, "uploading without a password");
   if (cfg->pyroscope_password[0] && !cfg->pyroscope_user[0])
     log_warn("a Pyroscope password is set but GPUPROF_PYROSCOPE_USER is not; basic auth needs "
              "both, uploading without it");
-  load_string("GPUPROF_PYROSCOPE_TENANT", cfg->pyroscope_tenant, sizeof(cfg->pyroscope_tenant),
-              "uploading without X-Scope-OrgID");
+  load_header_value("GPUPROF_PYROSCOPE_TENANT", cfg->pyroscope_tenant,
+                    sizeof(cfg->pyroscope_tenant), 0, "uploading without X-Scope-OrgID");
   load_duration("GPUPROF_UPLOAD_TIMEOUT", &cfg->upload_timeout_ns, 100000000ull,
                 "a duration of at least 100ms (e.g. 10s)");
   load_uint("GPUPROF_UPLOAD_QUEUE", &cfg->upload_queue, 1, 4096,
@@ -590,6 +643,9 @@ void config_load(struct config *cfg)
     cfg->capture_on_start_ns = 0;
     bad_value("GPUPROF_CAPTURE_ON_START", v, "a positive duration (e.g. 60s)",
               "disabling the capture at start");
+  } else if (v && duration_too_long("GPUPROF_CAPTURE_ON_START", v, cfg->capture_on_start_ns,
+                                    "disabling the capture at start")) {
+    cfg->capture_on_start_ns = 0;
   }
 
   v = env("GPUPROF_GPU_ONLY");
@@ -615,10 +671,13 @@ void config_load(struct config *cfg)
   v = env("GPUPROF_PYROSCOPE_URL");
   if (v) {
     if ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) ||
-        strlen(v) >= sizeof(cfg->pyroscope_url))
-      bad_value("GPUPROF_PYROSCOPE_URL", v, "an http:// or https:// URL",
+        strlen(v) >= sizeof(cfg->pyroscope_url)) {
+      /* Never its credentials (user:password@host) on stderr. */
+      char shown[CONFIG_PATH_MAX];
+      pyroscope_url_for_log(v, shown, sizeof(shown));
+      bad_value("GPUPROF_PYROSCOPE_URL", shown, "an http:// or https:// URL",
                 "disabling the Pyroscope upload");
-    else
+    } else
       memcpy(cfg->pyroscope_url, v, strlen(v) + 1);
   }
   load_string("GPUPROF_APP_NAME", cfg->app_name, sizeof(cfg->app_name), "using the program name");
@@ -693,7 +752,9 @@ void config_load(struct config *cfg)
   v = env("GPUPROF_OOM_INTERVAL");
   if (v) {
     uint64_t ns;
-    if (config_parse_duration(v, &ns) == 0 && (ns == 0 || ns >= 1000000000ull))
+    if (config_parse_duration(v, &ns) == 0 && ns > MAX_DURATION_NS)
+      duration_too_long("GPUPROF_OOM_INTERVAL", v, ns, "using 60s");
+    else if (config_parse_duration(v, &ns) == 0 && (ns == 0 || ns >= 1000000000ull))
       cfg->oom_interval_ns = ns;
     else
       bad_value("GPUPROF_OOM_INTERVAL", v, "0 (no snapshots) or a duration of at least 1s",

@@ -625,7 +625,10 @@ static int write_file(struct profiles *p, int kind, uint64_t start, const uint8_
   ret = files_mkdir_p(p->output_dir, 0755);
   if (ret)
     goto out;
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* The name is predictable and the directory may be shared (/tmp/gpuprof): whatever is at
+   * tmp (a stale file, or a link planted by another user) is removed, never followed. */
+  unlink(tmp);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     ret = -errno;
     goto out;
@@ -701,7 +704,7 @@ static int build(struct profiles *p, struct window *w, int kind, uint64_t end, i
   if (w->overflow || w->late) {
     snprintf(comment, sizeof(comment),
              "window: %llu events lost their stack (too many distinct stacks), %llu arrived "
-             "late and were added to this window",
+             "late (or stamped ahead of the clock) and were added to this window",
              (unsigned long long)w->overflow, (unsigned long long)w->late);
     pprof_builder_add_comment(p->b, comment);
   }
@@ -839,8 +842,17 @@ static uint64_t window_start(const struct profiles *p, uint64_t ts)
 static struct window *window_for(struct profiles *p, uint64_t ts)
 {
   uint64_t start = window_start(p, ts);
-  struct window *w = window_at(p, start);
+  struct window *newest = p->w[1].open ? &p->w[1] : p->w[0].open ? &p->w[0] : NULL;
+  struct window *w;
 
+  /* A record may open the window after the newest one (the device's clock may run a little
+   * ahead of the host's at a boundary), not one further ahead: a stamp from a bad clock, far
+   * in the future, would otherwise hold every window back until then. It joins the newest. */
+  if (newest && start > newest->start + p->o.window_ns) {
+    newest->late++;
+    return newest;
+  }
+  w = window_at(p, start);
   if (!w) {
     w = &p->w[0];
     w->late++;
@@ -942,6 +954,17 @@ void profiles_memory_add(struct profiles *p, uint64_t ts, const struct profiles_
 
 void profiles_tick(struct profiles *p, uint64_t now_ns)
 {
+  const struct window *newest = p->w[1].open ? &p->w[1] : p->w[0].open ? &p->w[0] : NULL;
+
+  /*
+   * The wall clock stepped back by more than a window (NTP, a VM resumed): the open windows
+   * would only end when the clock is back where it was, an hour later for an hour's step,
+   * and nothing would be written meanwhile. They are written now, at their full length, and
+   * windows go on from the new time; records stamped before the step count as late.
+   */
+  if (newest && window_start(p, now_ns) + p->o.window_ns < newest->start)
+    while (p->w[0].open)
+      close_oldest(p);
   window_at(p, window_start(p, now_ns));
   while (p->w[0].open) {
     uint64_t end = p->w[0].start + p->o.window_ns;

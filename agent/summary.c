@@ -373,7 +373,9 @@ int summary_write_file(const struct summary_input *in, char *out_path, size_t ou
     ret = -ENAMETOOLONG;
     goto out;
   }
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* A predictable name in a possibly shared directory: never follow what is there. */
+  unlink(tmp);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     ret = -errno;
     goto out;

@@ -54,7 +54,8 @@ static struct {
   struct pyroscope_labels labels[N_KINDS];
   struct pyroscope_client_options opt;
   char url[CONFIG_PATH_MAX];
-  char curl_path[CONFIG_PATH_MAX]; /* GPUPROF_TEST_CURL_PATH; "": libcurl.so.4 */
+  char url_log[CONFIG_PATH_MAX + 8]; /* url without its credentials: what log lines show */
+  char curl_path[CONFIG_PATH_MAX];   /* GPUPROF_TEST_CURL_PATH; "": libcurl.so.4 */
   char user_agent[64];
   uint64_t timeout_ns, exit_timeout_ns;
   unsigned left_at_exit; /* entries the thread dropped when it stopped */
@@ -388,7 +389,7 @@ static void *uploader_main(void *arg)
       ADD(sent, 1);
       ADD(bytes, res.body_len);
       if (failures)
-        log_info("Pyroscope at %s accepts uploads again (after %u failed attempts)", u.url,
+        log_info("Pyroscope at %s accepts uploads again (after %u failed attempts)", u.url_log,
                  failures);
       failures = 0;
       backoff = next_try = 0;
@@ -401,14 +402,14 @@ static void *uploader_main(void *arg)
       if (failures++ == 0)
         log_warn("cannot upload to Pyroscope at %s: %s; retrying with backoff (up to %u "
                  "profiles wait, the oldest are dropped beyond that)",
-                 u.url, res.message, u.cap);
+                 u.url_log, res.message, u.cap);
       backoff = next_backoff(backoff, res.retry_after_s, &rng);
       next_try = clock_monotonic_ns() + backoff;
       break;
     case PYROSCOPE_REJECTED:
       ADD(failed, 1);
       if (rejections++ < MAX_REJECTION_LOGS)
-        log_warn("Pyroscope at %s rejected a %s profile for good: %s%s", u.url, kinds[cur.kind],
+        log_warn("Pyroscope at %s rejected a %s profile for good: %s%s", u.url_log, kinds[cur.kind],
                  res.message,
                  rejections == MAX_REJECTION_LOGS ? " (further rejections are only counted)" : "");
       failures = 0;
@@ -437,7 +438,7 @@ static void *uploader_main(void *arg)
   if (left)
     log_warn("%u profile(s) not uploaded to Pyroscope at %s by the exit deadline "
              "(GPUPROF_EXIT_TIMEOUT=%llums); dropped",
-             left, u.url, (unsigned long long)(u.exit_timeout_ns / 1000000ull));
+             left, u.url_log, (unsigned long long)(u.exit_timeout_ns / 1000000ull));
   pyroscope_client_free(client);
   return NULL;
 
@@ -456,12 +457,12 @@ disable:
 static int check_url(const char *url, char *why, size_t len)
 {
   CURLU *h = curl.url();
-  char *host = NULL, *scheme = NULL;
+  char *host = NULL, *scheme = NULL, *query = NULL, *fragment = NULL;
   const char *bad = NULL;
   int ret = 0;
 
   if (!h) {
-    snprintf(why, len, "GPUPROF_PYROSCOPE_URL='%s' is not checkable (out of memory)", url);
+    snprintf(why, len, "GPUPROF_PYROSCOPE_URL='%s' is not checkable (out of memory)", u.url_log);
     return -ENOMEM;
   }
   if (curl.url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
@@ -470,12 +471,19 @@ static int check_url(const char *url, char *why, size_t len)
     bad = "not a URL libcurl can parse";
   else if (strcmp(scheme, "http") && strcmp(scheme, "https"))
     bad = "not an http:// or https:// URL";
+  /* The API paths are appended to the URL: after a query they would become part of it. */
+  else if (curl.url_get(h, CURLUPART_QUERY, &query, 0) == CURLUE_OK ||
+           curl.url_get(h, CURLUPART_FRAGMENT, &fragment, 0) == CURLUE_OK)
+    bad = "a URL with a query or fragment; give the server's base URL (e.g. "
+          "http://pyroscope:4040 or https://host/prefix)";
   if (bad) {
-    snprintf(why, len, "GPUPROF_PYROSCOPE_URL='%s' is %s", url, bad);
+    snprintf(why, len, "GPUPROF_PYROSCOPE_URL='%s' is %s", u.url_log, bad);
     ret = -EINVAL;
   }
   curl.free(host);
   curl.free(scheme);
+  curl.free(query);
+  curl.free(fragment);
   curl.url_cleanup(h);
   return ret;
 }
@@ -488,6 +496,7 @@ int uploader_start(const struct config *cfg)
   if (!cfg->pyroscope_url[0])
     return 0;
   snprintf(u.url, sizeof(u.url), "%s", cfg->pyroscope_url);
+  pyroscope_url_for_log(u.url, u.url_log, sizeof(u.url_log));
   snprintf(u.curl_path, sizeof(u.curl_path), "%s", cfg->test_curl_path);
   u.cap = (unsigned)cfg->upload_queue;
   u.ring = calloc(u.cap, sizeof(*u.ring));
@@ -506,6 +515,13 @@ int uploader_start(const struct config *cfg)
   };
   u.timeout_ns = cfg->upload_timeout_ns;
   u.exit_timeout_ns = cfg->exit_timeout_ns;
+  /* A window is uploaded after its end, stamped with its start: past MAX_AGE_NS every one of
+   * them would be dropped unsent (Pyroscope refuses them), which only the counters would say. */
+  if (cfg->mode == CONFIG_MODE_CONTINUOUS &&
+      cfg->window_ns + 2 * cfg->flush_interval_ns + cfg->upload_timeout_ns > MAX_AGE_NS)
+    log_warn("GPUPROF_WINDOW=%llus is too long for Pyroscope, which refuses profiles older "
+             "than 1 h: windows will not be uploaded (use 30m or less)",
+             (unsigned long long)(cfg->window_ns / 1000000000ull));
   {
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -526,12 +542,12 @@ int uploader_start(const struct config *cfg)
   }
   pthread_setname_np(u.thread, "gpuprof-upload");
   u.started = 1;
-  log_debug("uploading profiles to %s (%s API)", u.url,
+  log_debug("uploading profiles to %s (%s API)", u.url_log,
             cfg->pyroscope_api == 1 ? "/ingest" : "/push");
 out:
   if (ret) {
     log_warn("cannot start the Pyroscope uploader: %s; uploads to %s are off", strerror(-ret),
-             u.url);
+             u.url_log);
     for (unsigned k = 0; k < N_KINDS; k++)
       pyroscope_labels_clear(&u.labels[k]);
     free(u.ring);

@@ -60,6 +60,43 @@ const char *pyroscope_labels_get(const struct pyroscope_labels *ls, const char *
   return NULL;
 }
 
+/* Length of the valid UTF-8 sequence at s (overlong forms, surrogates, > U+10FFFF refused),
+ * 0 when there is none. Never reads past a NUL. */
+static int utf8_len(const unsigned char *s)
+{
+  unsigned char c = s[0];
+
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    return (s[1] & 0xC0) == 0x80 ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF)
+    return (s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80 && !(c == 0xE0 && s[1] < 0xA0) &&
+                   !(c == 0xED && s[1] > 0x9F)
+               ? 3
+               : 0;
+  if (c >= 0xF0 && c <= 0xF4)
+    return (s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 &&
+                   !(c == 0xF0 && s[1] < 0x90) && !(c == 0xF4 && s[1] > 0x8F)
+               ? 4
+               : 0;
+  return 0;
+}
+
+/* Label values are proto3 strings: a server decoding the PushRequest refuses the whole request
+ * when one is not UTF-8. Configuration text is bytes: each invalid byte becomes '?'. */
+static void utf8_fix(char *s)
+{
+  for (unsigned char *p = (unsigned char *)s; *p;) {
+    int n = utf8_len(p);
+    if (n) {
+      p += n;
+    } else {
+      *p++ = '?';
+    }
+  }
+}
+
 int pyroscope_labels_add(struct pyroscope_labels *ls, const char *name, const char *value)
 {
   char *n, *v;
@@ -77,6 +114,7 @@ int pyroscope_labels_add(struct pyroscope_labels *ls, const char *name, const ch
     free(v);
     return -ENOMEM;
   }
+  utf8_fix(v);
   ls->l[ls->n].name = n;
   ls->l[ls->n].value = v;
   ls->n++;
@@ -172,6 +210,30 @@ int pyroscope_ingest_name(const struct pyroscope_labels *ls, char *buf, size_t c
   buf[pos++] = '}';
   buf[pos] = '\0';
   return 0;
+}
+
+void pyroscope_url_for_log(const char *url, char *out, size_t cap)
+{
+  const char *scheme = strstr(url, "://");
+  const char *auth = scheme ? scheme + 3 : url;
+  size_t auth_len = strcspn(auth, "/?#");
+  const char *at = NULL, *query;
+
+  if (!cap)
+    return;
+  for (size_t i = 0; i < auth_len; i++)
+    if (auth[i] == '@')
+      at = auth + i;
+  query = strchr(auth + auth_len, '?');
+  if (at)
+    snprintf(out, cap, "%.*s***%.*s", (int)(auth - url), url,
+             (int)((query ? query : auth + strlen(auth)) - at), at);
+  else
+    snprintf(out, cap, "%.*s", (int)((query ? query : auth + strlen(auth)) - url), url);
+  if (query) {
+    size_t n = strlen(out);
+    snprintf(out + n, cap - n, "?***");
+  }
 }
 
 /* ---- the client ---- */

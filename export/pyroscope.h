@@ -39,9 +39,10 @@ const char *pyroscope_series_name(const char *kind);
 int pyroscope_label_name_valid(const char *name);
 
 /*
- * Adds a copy of name=value. -EINVAL: invalid name or value (over 2048 bytes, not UTF-8
- * checked: callers pass configuration text); -EEXIST: the name is already in the set (the
- * first one wins); -E2BIG: the set is full; -ENOMEM.
+ * Adds a copy of name=value; in the copy every byte of the value that is not part of valid
+ * UTF-8 is replaced by '?' (Pyroscope refuses a request with a label that is not UTF-8).
+ * -EINVAL: invalid name or value over 2048 bytes; -EEXIST: the name is already in the set
+ * (the first one wins); -E2BIG: the set is full; -ENOMEM.
  */
 int pyroscope_labels_add(struct pyroscope_labels *ls, const char *name, const char *value);
 const char *pyroscope_labels_get(const struct pyroscope_labels *ls, const char *name);
@@ -57,6 +58,11 @@ int pyroscope_push_body(const struct pyroscope_labels *ls, const uint8_t *profil
  * server sets them). -EINVAL when a value contains ',' '}' '{' or '=' (the format has no
  * quoting) or the application name a character outside [A-Za-z0-9_.-/]; -ENOSPC. */
 int pyroscope_ingest_name(const struct pyroscope_labels *ls, char *buf, size_t cap);
+
+/* The URL as it may be logged: credentials in it ("user:password@", which libcurl uses for
+ * basic auth) become "***@" and a query becomes "?***" (it may hold a token). Never fails;
+ * out is truncated to cap. */
+void pyroscope_url_for_log(const char *url, char *out, size_t cap);
 
 struct curl_api; /* export/curl_api.h */
 

@@ -344,6 +344,107 @@ def scenario_bad_url(a, work):
     eq("stderr lines", len(stderr), 1)
 
 
+def scenario_url_secrets(a, work):
+    """Credentials in the URL (user:password@host, libcurl's basic auth) are used but never
+    written to stderr: not in the outage line, not in the exit line, not in a bad-URL line."""
+    port = free_port()  # nothing listens: the outage and exit lines name the URL
+    env = {"GPUPROF_PYROSCOPE_URL": f"http://alice:s3cr3t-token@127.0.0.1:{port}/prefix",
+           "GPUPROF_EXIT_TIMEOUT": "1s"}
+    stats, stderr, _ = run_driver(a.driver, env, 2, 0)
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "dropped", "stop_ret")},
+       {"submitted": 2, "sent": 0, "dropped": 2, "stop_ret": ETIMEDOUT})
+    eq("'cannot upload' lines", len(lines_with(stderr, "cannot upload to Pyroscope")), 1)
+    check(f"127.0.0.1:{port}/prefix" in lines_with(stderr, "cannot upload")[0],
+          "the URL is not named")
+    eq("lines with the password", lines_with(stderr, "s3cr3t"), [])
+    eq("lines with the user", lines_with(stderr, "alice"), [])
+    # Rejected by the configuration (scheme), by libcurl's parser (on the thread).
+    for url in ("HTTPX://alice:s3cr3t-token@example.com", "http://alice:s3cr3t-token@[::1"):
+        stats, stderr, _ = run_driver(a.driver, {"GPUPROF_PYROSCOPE_URL": url}, 1, 0)
+        eq(f"{url}: lines naming GPUPROF_PYROSCOPE_URL",
+           len(lines_with(stderr, "GPUPROF_PYROSCOPE_URL")), 1)
+        eq(f"{url}: lines with the password", lines_with(stderr, "s3cr3t"), [])
+        eq(f"{url}: sent", stats["sent"], 0)
+
+
+def scenario_url_query(a, work):
+    """A query or fragment in the base URL would end up in front of the API path
+    (?k=v/push.v1...): every upload would be refused. One line at start; uploads off."""
+    r = Receiver(work, 0)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}/?token=s3cr3t"}
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    finally:
+        r.stop()
+    eq("requests received", r.records(), [])
+    check_disabled_on_thread(stats, 3)
+    eq("stderr lines", len(stderr), 1)
+    check("query" in stderr[0] and "uploads are off" in stderr[0], stderr[0])
+    eq("lines with the query's value", lines_with(stderr, "s3cr3t"), [])
+
+
+def scenario_header_values(a, work):
+    """Values that go into request headers, as Kubernetes secrets made with `echo` give them:
+    a trailing newline is not part of the value (it would end the headers early and turn the
+    request into garbage); another control character is reported and the value not used."""
+    r = Receiver(work, 0, "--tenant", "team-a", "--user", "1234", "--password", "tok")
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}",
+               "GPUPROF_PYROSCOPE_TENANT": "team-a\n", "GPUPROF_PYROSCOPE_USER": "1234\r\n",
+               "GPUPROF_PYROSCOPE_PASSWORD": "tok\n"}
+        stats, stderr, _ = run_driver(a.driver, env, 2, 0)
+        eq("stderr", stderr, [])
+        eq("stats", {k: stats[k] for k in ("sent", "failed")}, {"sent": 2, "failed": 0})
+        eq("tenant header", [x["tenant"] for x in r.accepted()], ["team-a", "team-a"])
+        env["GPUPROF_PYROSCOPE_TENANT"] = "team-a\r\nX-Injected: 1"
+        env["GPUPROF_PYROSCOPE_PASSWORD"] = "t\tok"
+        stats, stderr, _ = run_driver(a.driver, env, 1, 0)
+    finally:
+        r.stop()
+    eq("stderr lines", len(stderr), 3)  # the tenant, the password, the server's 401
+    eq("lines naming the tenant", len(lines_with(stderr, "GPUPROF_PYROSCOPE_TENANT ")), 1)
+    eq("lines naming the password", len(lines_with(stderr, "GPUPROF_PYROSCOPE_PASSWORD ")), 1)
+    eq("lines with the password", lines_with(stderr, "t\tok"), [])
+    eq("stats", {k: stats[k] for k in ("sent", "failed")}, {"sent": 0, "failed": 1})
+    check(not any("X-Injected" in str(x) for x in r.records()), "the header was injected")
+
+
+def scenario_huge_durations(a, work):
+    """Durations past a year are refused by name (now + 5124095h wraps around 2^64 ns: the
+    exit deadline would be in the past, a flush deadline would make the worker spin)."""
+    port = free_port()  # nothing listens
+    env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}",
+           "GPUPROF_EXIT_TIMEOUT": "5124095h", "GPUPROF_UPLOAD_TIMEOUT": "5124095h",
+           "GPUPROF_FLUSH_INTERVAL": "5124095h", "GPUPROF_WINDOW": "8785h",
+           "GPUPROF_OOM_INTERVAL": "5124095h", "GPUPROF_CAPTURE_ON_START": "5124095h"}
+    stats, stderr, _ = run_driver(a.driver, env, 1, 0)
+    for var in env:
+        if var != "GPUPROF_PYROSCOPE_URL":
+            eq(f"lines naming {var}", len(lines_with(stderr, f"{var}='")), 1)
+    # The default exit deadline (3 s) was used: the profile was retried until then.
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "dropped", "stop_ret")},
+       {"submitted": 1, "sent": 0, "dropped": 1, "stop_ret": ETIMEDOUT})
+    check(stats["stop_ms"] >= 2500, f"the exit deadline was not 3 s: {stats}")
+    stop_bound(stats, 3)
+
+
+def scenario_long_window(a, work):
+    """Windows of an hour are stamped with their start and uploaded after their end: older
+    than Pyroscope accepts, so each would be dropped unsent. Said once, at start."""
+    port = free_port()
+    env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}", "GPUPROF_WINDOW": "1h",
+           "GPUPROF_EXIT_TIMEOUT": "0"}
+    _, stderr, _ = run_driver(a.driver, env, 0, 0)
+    eq("lines naming GPUPROF_WINDOW", len(lines_with(stderr, "GPUPROF_WINDOW=3600s")), 1)
+    env["GPUPROF_WINDOW"] = "30m"
+    _, stderr, _ = run_driver(a.driver, env, 0, 0)
+    eq("stderr with 30m windows", stderr, [])
+
+
 def scenario_no_libcurl(a, work):
     """GPUPROF_TEST_CURL_PATH names a library that does not exist: one line naming it,
     libcurl.so.4 and the Debian package; nothing is sent, nothing crashes."""
@@ -412,6 +513,11 @@ def main():
         "bad_url": lambda: scenario_bad_url(a, work),
         "bad_values": lambda: scenario_bad_values(a, work),
         "no_libcurl": lambda: scenario_no_libcurl(a, work),
+        "url_secrets": lambda: scenario_url_secrets(a, work),
+        "url_query": lambda: scenario_url_query(a, work),
+        "header_values": lambda: scenario_header_values(a, work),
+        "huge_durations": lambda: scenario_huge_durations(a, work),
+        "long_window": lambda: scenario_long_window(a, work),
     }
     try:
         table[a.scenario]()

@@ -36,6 +36,9 @@ static void test_labels_add(void)
   CHECK_EQ(pyroscope_labels_add(&ls, "service_name", "other"), (unsigned long long)-EEXIST);
   CHECK_STR(pyroscope_labels_get(&ls, "service_name"), "app");
   CHECK_EQ(pyroscope_labels_add(&ls, "bad-key", "v"), (unsigned long long)-EINVAL);
+  /* Latin-1 and a truncated sequence become '?'; valid UTF-8 stays as it is. */
+  CHECK_EQ(pyroscope_labels_add(&ls, "team", "\xe9t\xe9-\xc3\xa9-\xe2\x82"), 0);
+  CHECK_STR(pyroscope_labels_get(&ls, "team"), "?t?-\xc3\xa9-??");
   memset(big, 'v', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';
   CHECK_EQ(pyroscope_labels_add(&ls, "big", big), (unsigned long long)-EINVAL);
@@ -111,6 +114,25 @@ static void test_push_body(void)
   pyroscope_labels_clear(&ls);
 }
 
+/* What log lines show of a URL: never its credentials or query. */
+static void test_url_for_log(void)
+{
+  char buf[128];
+
+  pyroscope_url_for_log("http://pyroscope:4040/", buf, sizeof(buf));
+  CHECK_STR(buf, "http://pyroscope:4040/");
+  pyroscope_url_for_log("https://123:tok@en@host.example/p/q?token=x#f", buf, sizeof(buf));
+  CHECK_STR(buf, "https://***@host.example/p/q?***");
+  pyroscope_url_for_log("http://user@host", buf, sizeof(buf));
+  CHECK_STR(buf, "http://***@host");
+  pyroscope_url_for_log("http://host/a@b", buf, sizeof(buf)); /* '@' in the path: no userinfo */
+  CHECK_STR(buf, "http://host/a@b");
+  pyroscope_url_for_log("u:secret@host", buf, sizeof(buf));
+  CHECK_STR(buf, "***@host");
+  pyroscope_url_for_log("http://u:secret@host", buf, 10);
+  CHECK_STR(buf, "http://**");
+}
+
 int main(void)
 {
   RUN(test_series_names);
@@ -118,5 +140,6 @@ int main(void)
   RUN(test_labels_add);
   RUN(test_ingest_name);
   RUN(test_push_body);
+  RUN(test_url_for_log);
   UNIT_EXIT();
 }
