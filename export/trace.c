@@ -208,13 +208,24 @@ static struct trace_track *track_for(struct trace_writer *w, unsigned kind, uint
   return track_named(w, kind, a, b, NULL);
 }
 
+/* Why track_named returned NULL: a write error, the size cap reached by the track's describing
+ * event (-EFBIG, as for any event: callers end the capture as truncated, not failed), or a
+ * refused track (device out of range, table full). */
+static int track_error(const struct trace_writer *w)
+{
+  if (w->out.err)
+    return w->out.err;
+  return w->stats.stopped ? -EFBIG : -ENOSPC;
+}
+
 /*
  * Fits [*s, *e) among the slices recently written on t so that the track stays strictly
  * nested: containment either way is fine, a partial overlap is not (Perfetto moves or drops
  * such a slice; CUPTI records of consecutive kernels on a stream can overlap by a few ns, and
  * host timestamps taken at callback entry/exit can disagree with device ones). A slice that
  * starts inside an earlier one and ends after it starts at that one's end; one that starts
- * before and ends inside ends at that one's start. Only the last TRACK_RING slices are
+ * before and ends inside (or exactly at its start) ends 1 ns before its start, because of the
+ * protobuf importer's order for equal timestamps (below). Only the last TRACK_RING slices are
  * checked, which covers the near-in-order arrival of CUPTI buffers and of API calls (inner
  * calls complete before the outer ones).
  */
@@ -223,16 +234,25 @@ static void track_fit(struct trace_writer *w, struct trace_track *t, uint64_t *p
   uint64_t s = *ps, e = *pe;
   int changed = 0;
 
-  if (s < t->max_end) {
+  if (s <= t->max_end) {
     for (int pass = 0; pass < 4; pass++) {
       int moved = 0;
       for (uint32_t i = 0; i < t->ring_len; i++) {
         const struct trace_span *r = &t->ring[i];
-        if (s > r->start && s < r->end && e > r->end) {
+        /* Ties matter too. The protobuf importer sorts by timestamp, equal ones in file
+         * order, and an END closes the innermost open slice: a slice written after r that
+         * ends exactly where r starts would close r, and one that starts with r and outlasts
+         * it would nest inside r. So such a slice ends 1 ns before r, and on GPU tracks
+         * (where work cannot nest) one starting with r starts at r's end. */
+        if (s >= r->start && s < r->end && e > r->end &&
+            (s > r->start || t->kind != TRACK_HOST_THREAD)) {
           s = r->end;
           moved = 1;
-        } else if (s < r->start && e > r->start && e < r->end) {
-          e = r->start;
+        } else if (s == r->start && r->start == r->end && e > s && t->kind != TRACK_HOST_THREAD) {
+          s = r->end + 1; /* an empty r: starting at its end is starting with it */
+          moved = 1;
+        } else if (s < r->start && e >= r->start && e < r->end) {
+          e = r->start - 1;
           moved = 1;
         }
       }
@@ -328,7 +348,7 @@ int trace_writer_api_slice(struct trace_writer *w, uint32_t tid, const char *nam
     return rc;
   t = track_for(w, TRACK_HOST_THREAD, 0, tid);
   if (!t)
-    return w->out.err ? w->out.err : -ENOSPC;
+    return track_error(w);
   sl = (struct trace_slice){.name = name ? name : "?",
                             .start = start_ns,
                             .end = end_ns,
@@ -350,7 +370,7 @@ int trace_writer_gpu_slice(struct trace_writer *w, const struct trace_gpu_slice 
     return rc;
   t = track_for(w, TRACK_GPU_STREAM, g->device, g->stream);
   if (!t)
-    return w->out.err ? w->out.err : -ENOSPC;
+    return track_error(w);
   sl = (struct trace_slice){.name = g->name,
                             .start = s,
                             .end = e,
@@ -386,7 +406,7 @@ int trace_writer_sync(struct trace_writer *w, uint32_t device, uint32_t stream, 
     return rc;
   t = track_for(w, TRACK_GPU_SYNC, device, stream);
   if (!t)
-    return w->out.err ? w->out.err : -ENOSPC;
+    return track_error(w);
   sl = (struct trace_slice){
       .name = name ? name : "Synchronize", .start = start_ns, .end = end_ns, .corr_id = corr_id};
   sl.name_len = name_len(sl.name);
@@ -404,7 +424,7 @@ int trace_writer_memory(struct trace_writer *w, uint32_t device, uint64_t ts_ns,
     return rc;
   t = track_for(w, TRACK_GPU_MEMORY, device, 0);
   if (!t)
-    return w->out.err ? w->out.err : -ENOSPC;
+    return track_error(w);
   rc = w->ops->counter(w, t, ts_ns, bytes_in_use);
   if (!rc && ts_ns > w->max_ts)
     w->max_ts = ts_ns;
@@ -448,7 +468,7 @@ int trace_writer_thread_name(struct trace_writer *w, uint32_t tid, const char *n
   if (t && t->described) /* renamed: Perfetto keeps the last name */
     return w->ops->describe_thread(w, t, name);
   t = track_named(w, TRACK_HOST_THREAD, 0, tid, name);
-  return t ? 0 : w->out.err ? w->out.err : -ENOSPC;
+  return t ? 0 : track_error(w);
 }
 
 /* ---- metadata ---- */

@@ -21,14 +21,16 @@
  * the number of distinct tracks (threads, streams) and, for the protobuf encoding, distinct
  * names. Slices on one track never overlap in the output: a slice that would partially overlap
  * one already written on its track is clamped (its start moved to the other's end, or its end
- * to the other's start) and counted in trace_stats.clamped.
+ * to 1 ns before the other's start; also when it only touches it, see trace.c track_fit) and
+ * counted in trace_stats.clamped.
  *
  * Timestamps are CLOCK_REALTIME nanoseconds. JSON writes them in microseconds relative to
  * trace_meta.base_ns with three decimals (a double cannot hold epoch microseconds to the
  * nanosecond); the protobuf writes absolute nanoseconds.
  *
  * Errors: functions return 0 or a negative errno. An I/O error is sticky (every later call
- * returns it). When the size cap is reached the writer stops writing events, keeps the file
+ * returns it), and the file is cut back to its last whole event, so it loads as a killed
+ * writer's would. When the size cap is reached the writer stops writing events, keeps the file
  * valid, counts what it discards and returns -EFBIG from every event call; trace_writer_close
  * then adds a note to the trace's metadata and returns 0.
  */

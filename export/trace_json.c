@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/json.h"
 #include "export/trace_internal.h"
 
 /*
@@ -17,8 +18,8 @@
  * Perfetto reads an object-form trace only if it is complete, but accepts the array form
  * ("[{...},{...}") without its closing bracket. An uncompressed trace is therefore written as
  * an array whose opening bracket is preceded by 15 spaces, with events separated by ",\n" and
- * flushed on event boundaries; trace_writer_close overwrites the spaces with {"traceEvents":
- * and appends the metadata. A capture killed before close leaves a valid array-form trace
+ * flushed on event boundaries; trace_writer_close appends the metadata and then overwrites the
+ * spaces with {"traceEvents":. A capture killed before close leaves a valid array-form trace
  * (without the metadata object). A gzip stream cannot be patched in place, so .json.gz is
  * written in object form from the start; after a kill `zcat` recovers the text up to the last
  * sync flush, and appending "]}" makes it complete (docs/TRACES.md).
@@ -88,26 +89,6 @@ static char *put_milli(char *p, uint64_t v)
   return p + 4;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-  size_t len;
-  if (s[0] >= 0xc2 && s[0] <= 0xdf)
-    len = 2;
-  else if (s[0] >= 0xe0 && s[0] <= 0xef)
-    len = 3;
-  else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-    len = 4;
-  else
-    return 0;
-  if (len > n)
-    return 0;
-  for (size_t i = 1; i < len; i++)
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-  return len;
-}
-
 /* A quoted JSON string; needs 6 * n + 2 bytes. Invalid UTF-8 becomes '?'. */
 static char *put_str(char *p, const char *str, size_t n)
 {
@@ -131,7 +112,7 @@ static char *put_str(char *p, const char *str, size_t n)
       *p++ = hex[c & 15];
       i++;
     } else {
-      size_t l = utf8_len(s + i, n - i);
+      size_t l = json_utf8_len(s + i, n - i);
       if (l) {
         memcpy(p, s + i, l);
         p += l;
@@ -433,10 +414,8 @@ static int json_end(struct trace_writer *w)
   int rc;
 
   if (!w->out.gzip) {
-    /* Flush first so that the header is patched only in a file that has all its events. */
+    /* The events first, so that a failure to write the end cuts the file back to them. */
     rc = trace_out_flush(&w->out);
-    if (!rc)
-      rc = trace_out_pwrite(&w->out, 0, HEADER_OBJECT, sizeof(HEADER_OBJECT) - 1);
     if (rc)
       return rc;
   }
@@ -468,7 +447,15 @@ static int json_end(struct trace_writer *w)
                            : put_kv_u64(p, w->kv[i].key, w->kv[i].u);
   p = PUT(p, "}}\n");
   trace_out_commit(&w->out, (size_t)(p - start));
-  return 0;
+  if (w->out.gzip)
+    return 0;
+  /* The header is patched only once the end is in the file: until then the file is a valid
+   * array-form trace (a full disk while the end was written leaves it one, cut back to its
+   * last event by trace_out), after it a complete object. */
+  rc = trace_out_flush(&w->out);
+  if (!rc)
+    rc = trace_out_pwrite(&w->out, 0, HEADER_OBJECT, sizeof(HEADER_OBJECT) - 1);
+  return rc;
 }
 
 static void json_free(struct trace_writer *w)

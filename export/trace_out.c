@@ -28,6 +28,19 @@ static int write_all(struct trace_out *o, const void *data, size_t n)
   return 0;
 }
 
+/*
+ * A write that failed part-way (a full disk, a file size limit) leaves part of a buffer in the
+ * file, i.e. half an event or half a deflate block: cut the file back to where the buffer
+ * started, the end of a whole event (and of a sync-flushed gzip block), so that what was
+ * written before stays loadable. The error stays sticky; nothing is written after it.
+ */
+static int write_failed(struct trace_out *o, uint64_t boundary)
+{
+  if (o->file_bytes > boundary && ftruncate(o->fd, (off_t)boundary) == 0)
+    o->file_bytes = boundary;
+  return o->err;
+}
+
 int trace_out_open(struct trace_out *o, const char *path, int gzip, int level)
 {
   memset(o, 0, sizeof(*o));
@@ -53,6 +66,8 @@ int trace_out_open(struct trace_out *o, const char *path, int gzip, int level)
 /* Feeds buf to deflate with `flush` and writes what comes out. */
 static int deflate_out(struct trace_out *o, int flush)
 {
+  uint64_t boundary = o->file_bytes;
+
   o->z.next_in = (unsigned char *)o->buf;
   o->z.avail_in = (unsigned)o->len;
   do {
@@ -63,7 +78,7 @@ static int deflate_out(struct trace_out *o, int flush)
     if (rc == Z_STREAM_ERROR)
       return o->err = -EIO;
     if (write_all(o, o->zbuf, ZBUF_SIZE - o->z.avail_out))
-      return o->err;
+      return write_failed(o, boundary);
     if (flush == Z_FINISH && rc == Z_STREAM_END)
       break;
   } while (o->z.avail_out == 0 || o->z.avail_in > 0 || flush == Z_FINISH);
@@ -73,6 +88,8 @@ static int deflate_out(struct trace_out *o, int flush)
 
 int trace_out_flush(struct trace_out *o)
 {
+  uint64_t boundary = o->file_bytes;
+
   if (o->err)
     return o->err;
   if (!o->len)
@@ -82,7 +99,7 @@ int trace_out_flush(struct trace_out *o)
      * costs a few bytes per 256 KiB. */
     return deflate_out(o, Z_SYNC_FLUSH);
   if (write_all(o, o->buf, o->len))
-    return o->err;
+    return write_failed(o, boundary);
   o->len = 0;
   return 0;
 }
