@@ -10,16 +10,33 @@
 
 #define INITIAL_SLOTS 1024
 
+/* Slot spaces beyond the public ones (slot.space = value + 1). */
+#define SPACE_VMM_MAP 2    /* key: mapped address; not an allocation */
+#define SPACE_VMM_ORPHAN 3 /* key: serial; a released VMM handle whose memory is still mapped */
+#define SP(space) ((uint8_t)((space) + 1))
+
 struct slot {
   uint64_t key;
-  uint64_t size;
+  uint64_t size; /* a mapping: its length */
   const char *api;
   uint32_t corr_id;
   uint32_t stack_id;
   int16_t device;
   uint8_t kind;
-  uint8_t space;           /* enum alloc_space + 1; 0 = empty */
+  uint8_t space;           /* enum alloc_space + 1, or SP(SPACE_VMM_*); 0 = empty */
   uint8_t inuse_stackless; /* counted in its in-use group without the stack (groups full) */
+  union {
+    /* A VMM handle (or orphan): who still holds its memory (alloc_map_vmm_*). The serial
+     * names it for its mappings even after the handle value is released and reused. */
+    struct {
+      uint64_t serial;
+      uint32_t refs, maps;
+    } h;
+    /* A VMM mapping: the handle it maps. */
+    struct {
+      uint64_t handle, serial;
+    } map;
+  } vmm;
 };
 
 /* A group of allocations counted for the pprof windows (alloc_map_window). */
@@ -44,6 +61,8 @@ struct alloc_map {
   size_t used;
   size_t max_entries;
   struct alloc_map_stats stats;
+  size_t n_maps;       /* slots that are VMM mappings (not allocations) */
+  uint64_t vmm_serial; /* last serial given to a VMM handle */
   /* Double-buffered: inserts count into counts[active] under the lock; alloc_map_window
    * switches `active` under the lock and reads the other table without it (no inserter
    * touches it any more, and there is only one window taker). */
@@ -93,7 +112,7 @@ void alloc_map_free(struct alloc_map *m)
 
 static size_t slot_of(const struct alloc_map *m, uint8_t space, uint64_t key)
 {
-  return (size_t)hash_u64(key ^ ((uint64_t)space << 62)) & (m->cap - 1);
+  return (size_t)hash_u64(key ^ ((uint64_t)space << 59)) & (m->cap - 1);
 }
 
 /* Index of the slot holding (space, key), or of the empty slot that ends its probe chain. */
@@ -313,6 +332,11 @@ int alloc_map_insert(struct alloc_map *m, enum alloc_space space, uint64_t key,
   s->stack_id = info->stack_id;
   s->device = (int16_t)info->device;
   s->kind = info->kind;
+  memset(&s->vmm, 0, sizeof(s->vmm));
+  if (space == ALLOC_SPACE_VMM_HANDLE) {
+    s->vmm.h.serial = ++m->vmm_serial;
+    s->vmm.h.refs = 1;
+  }
 
   d->allocs++;
   d->bytes_allocated += info->size;
@@ -375,11 +399,182 @@ int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
   return ret;
 }
 
+/* ---- VMM: handles, mappings and the order of release and unmap (under the lock) ---- */
+
+/* The slot of the handle a mapping maps: by handle value while the handle is held, by serial
+ * once released; -1 when gone (freed, or replaced by an allocation made at its key). */
+static long vmm_find_handle(struct alloc_map *m, uint64_t handle, uint64_t serial)
+{
+  size_t i = probe(m, SP(ALLOC_SPACE_VMM_HANDLE), handle);
+
+  if (m->slots[i].space && m->slots[i].vmm.h.serial == serial)
+    return (long)i;
+  i = probe(m, SP(SPACE_VMM_ORPHAN), serial);
+  return m->slots[i].space ? (long)i : -1;
+}
+
+/* Moves slot i to (space, key); the caller knows that key is free. */
+static void rekey(struct alloc_map *m, size_t i, uint8_t space, uint64_t key)
+{
+  struct slot tmp = m->slots[i];
+  size_t j;
+
+  erase(m, i);
+  tmp.space = space;
+  tmp.key = key;
+  j = probe(m, space, key);
+  m->slots[j] = tmp;
+  m->used++;
+}
+
+/* A reference or a mapping of handle slot i was dropped: free its memory if it was the last,
+ * or, once no handle reference is left, move it out of the way of a new handle with the same
+ * value (its mappings find it by serial). */
+static void vmm_settle(struct alloc_map *m, size_t i)
+{
+  struct slot *s = &m->slots[i];
+
+  if (s->vmm.h.refs == 0 && s->vmm.h.maps == 0) {
+    account_free(m, s);
+    erase(m, i);
+  } else if (s->vmm.h.refs == 0 && s->space == SP(ALLOC_SPACE_VMM_HANDLE)) {
+    rekey(m, i, SP(SPACE_VMM_ORPHAN), s->vmm.h.serial);
+  }
+}
+
+/* Removes mapping slot i and drops its handle's mapping count. */
+static void vmm_drop_mapping(struct alloc_map *m, size_t i)
+{
+  uint64_t handle = m->slots[i].vmm.map.handle, serial = m->slots[i].vmm.map.serial;
+  long h;
+
+  erase(m, i);
+  m->n_maps--;
+  h = vmm_find_handle(m, handle, serial);
+  if (h >= 0 && m->slots[h].vmm.h.maps) {
+    m->slots[h].vmm.h.maps--;
+    vmm_settle(m, (size_t)h);
+  }
+}
+
+int alloc_map_vmm_map(struct alloc_map *m, uint64_t va, uint64_t size, uint64_t handle)
+{
+  size_t i, h;
+  int ret = 0;
+
+  pthread_mutex_lock(&m->lock);
+  h = probe(m, SP(ALLOC_SPACE_VMM_HANDLE), handle);
+  if (!m->slots[h].space) {
+    ret = -ENOENT;
+    goto out;
+  }
+  /* A mapping at va whose unmap went unseen: it is gone now. */
+  i = probe(m, SP(SPACE_VMM_MAP), va);
+  if (m->slots[i].space)
+    vmm_drop_mapping(m, i);
+  if (m->used >= m->max_entries || ((m->used + 1) * 2 > m->cap && grow(m))) {
+    /* Not remembered: the memory then goes with its last cuMemRelease, as if unmapped. */
+    m->stats.untracked++;
+    ret = -ENOSPC;
+    goto out;
+  }
+  h = probe(m, SP(ALLOC_SPACE_VMM_HANDLE), handle); /* moved by the drop or the growth */
+  if (!m->slots[h].space) {
+    ret = -ENOENT;
+    goto out;
+  }
+  m->slots[h].vmm.h.maps++;
+  i = probe(m, SP(SPACE_VMM_MAP), va);
+  memset(&m->slots[i], 0, sizeof(m->slots[i]));
+  m->slots[i].key = va;
+  m->slots[i].space = SP(SPACE_VMM_MAP);
+  m->slots[i].size = size;
+  m->slots[i].vmm.map.handle = handle;
+  m->slots[i].vmm.map.serial = m->slots[h].vmm.h.serial;
+  m->used++;
+  m->n_maps++;
+out:
+  pthread_mutex_unlock(&m->lock);
+  return ret;
+}
+
+int alloc_map_vmm_unmap(struct alloc_map *m, uint64_t va, uint64_t size)
+{
+  uint64_t end = va + size < va ? UINT64_MAX : va + size;
+  int n = 0;
+
+  pthread_mutex_lock(&m->lock);
+  /* cuMemUnmap takes whole mappings; a range may hold several that are contiguous. */
+  while (va < end) {
+    size_t i = probe(m, SP(SPACE_VMM_MAP), va);
+    uint64_t len = m->slots[i].size;
+
+    if (!m->slots[i].space || !len)
+      break;
+    vmm_drop_mapping(m, i);
+    n++;
+    if (va + len < va)
+      break;
+    va += len;
+  }
+  pthread_mutex_unlock(&m->lock);
+  return n;
+}
+
+int alloc_map_vmm_retain(struct alloc_map *m, uint64_t va)
+{
+  size_t i;
+  long h;
+  int ret = -ENOENT;
+
+  pthread_mutex_lock(&m->lock);
+  i = probe(m, SP(SPACE_VMM_MAP), va);
+  if (!m->slots[i].space)
+    goto out;
+  h = vmm_find_handle(m, m->slots[i].vmm.map.handle, m->slots[i].vmm.map.serial);
+  if (h < 0)
+    goto out;
+  if (m->slots[h].space == SP(SPACE_VMM_ORPHAN)) {
+    /* Released, and now held again under its handle value, unless a new handle has it. */
+    uint64_t handle = m->slots[i].vmm.map.handle;
+    if (m->slots[probe(m, SP(ALLOC_SPACE_VMM_HANDLE), handle)].space)
+      goto out;
+    m->slots[h].vmm.h.refs++;
+    rekey(m, (size_t)h, SP(ALLOC_SPACE_VMM_HANDLE), handle);
+  } else {
+    m->slots[h].vmm.h.refs++;
+  }
+  ret = 0;
+out:
+  pthread_mutex_unlock(&m->lock);
+  return ret;
+}
+
+int alloc_map_vmm_release(struct alloc_map *m, uint64_t handle)
+{
+  size_t i;
+  int ret = 0;
+
+  pthread_mutex_lock(&m->lock);
+  i = probe(m, SP(ALLOC_SPACE_VMM_HANDLE), handle);
+  if (!m->slots[i].space) {
+    m->stats.unknown_frees++;
+    ret = -ENOENT;
+    goto out;
+  }
+  if (m->slots[i].vmm.h.refs)
+    m->slots[i].vmm.h.refs--;
+  vmm_settle(m, i);
+out:
+  pthread_mutex_unlock(&m->lock);
+  return ret;
+}
+
 void alloc_map_get_stats(struct alloc_map *m, struct alloc_map_stats *out)
 {
   pthread_mutex_lock(&m->lock);
   *out = m->stats;
-  out->live = m->used;
+  out->live = m->used - m->n_maps;
   pthread_mutex_unlock(&m->lock);
 }
 
@@ -390,7 +585,7 @@ void alloc_map_for_each(struct alloc_map *m, void (*fn)(const struct alloc_info 
 
   pthread_mutex_lock(&m->lock);
   for (size_t i = 0; i < m->cap; i++) {
-    if (!m->slots[i].space)
+    if (!m->slots[i].space || m->slots[i].space == SP(SPACE_VMM_MAP))
       continue;
     fill_info(&m->slots[i], &info);
     fn(&info, arg);

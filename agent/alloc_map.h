@@ -14,7 +14,8 @@ enum alloc_kind {
   ALLOC_KIND_COUNT,
 };
 
-/* Keys live in two namespaces: virtual addresses, and VMM allocation handles. */
+/* Keys live in two namespaces: virtual addresses, and VMM allocation handles. (VMM mappings
+ * are kept in a third one, reached only through the alloc_map_vmm_* calls.) */
 enum alloc_space {
   ALLOC_SPACE_VA = 0,
   ALLOC_SPACE_VMM_HANDLE = 1,
@@ -72,6 +73,23 @@ int alloc_map_remove(struct alloc_map *m, enum alloc_space space, uint64_t key,
                      struct alloc_info *out);
 int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
                      struct alloc_info *out);
+
+/*
+ * VMM physical memory (cuMemCreate, inserted with ALLOC_SPACE_VMM_HANDLE) is freed when its
+ * handle has been released (once per cuMemCreate and per cuMemRetainAllocationHandle) *and*
+ * no mapping of it is left, in either order: CUDA's own samples release the handle right
+ * after cuMemMap and keep using the memory until cuMemUnmap. These calls keep that count;
+ * the allocation is accounted as freed by the call that drops the last reference. Mappings
+ * of handles the map does not hold (created before the agent saw them) are ignored.
+ */
+/* cuMemMap: [va, va + size) maps handle. 0, or -ENOENT (unknown handle) / -ENOSPC (full). */
+int alloc_map_vmm_map(struct alloc_map *m, uint64_t va, uint64_t size, uint64_t handle);
+/* cuMemUnmap: removes the mappings that start in [va, va + size). Returns how many. */
+int alloc_map_vmm_unmap(struct alloc_map *m, uint64_t va, uint64_t size);
+/* cuMemRetainAllocationHandle(addr): one more reference on the handle mapped at va. */
+int alloc_map_vmm_retain(struct alloc_map *m, uint64_t va);
+/* cuMemRelease: one reference less. 0; -ENOENT for an unknown handle (an unknown free). */
+int alloc_map_vmm_release(struct alloc_map *m, uint64_t handle);
 
 void alloc_map_get_stats(struct alloc_map *m, struct alloc_map_stats *out);
 

@@ -49,6 +49,10 @@ static struct {
   _Atomic uint64_t buffers, records, dropped, invalid, zero_ts, flushes, lost;
 } stats;
 
+/* Set in a forked child (worker_forget): w.lock may be held there by a thread that does not
+ * exist, so nothing may take it, not even a buffer CUPTI completes in the child. */
+static _Atomic int forked;
+
 #define ADD(field, n) atomic_fetch_add_explicit(&stats.field, (n), memory_order_relaxed)
 
 static void on_event(const struct event *ev, void *arg)
@@ -124,6 +128,11 @@ static void *worker_main(void *arg)
       pthread_mutex_unlock(&w.lock);
       tick_consumers();
       pthread_mutex_lock(&w.lock);
+      /* The final tick ran without the lock (a consumer may write its last window): a
+       * buffer completed meanwhile was accepted and must be processed, not left queued.
+       * Leaving with the queue empty and `accepting` cleared in one hold of the lock. */
+      if (w.count)
+        continue;
       break;
     }
     do_flush = w.flush_enabled && !w.stop && due;
@@ -198,6 +207,8 @@ int worker_submit(uint8_t *buffer, size_t valid_size)
 {
   int ret = 0;
 
+  if (atomic_load_explicit(&forked, memory_order_relaxed))
+    return -ESHUTDOWN;
   pthread_mutex_lock(&w.lock);
   if (!w.accepting) {
     ret = -ESHUTDOWN;
@@ -284,7 +295,9 @@ void worker_get_stats(struct worker_stats *out)
 void worker_forget(void)
 {
   /* In a forked child the mutex may be held by a parent thread that does not exist here:
-   * never lock it. The flags are read by nothing in a dormant child; reset for clarity. */
+   * never lock it (worker_submit checks `forked` first). The flags are read by nothing in a
+   * dormant child; reset for clarity. */
+  atomic_store_explicit(&forked, 1, memory_order_relaxed);
   w.started = 0;
   w.accepting = 0;
 }

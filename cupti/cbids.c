@@ -116,11 +116,14 @@ static const struct cbid_entry table[] = {
     {CUPTI_CB_DOMAIN_DRIVER_API, DRV_ID(cuMemRelease), CBID_FREE, CBID_PARAMS_VMM_RELEASE, 0,
      offsetof(cuMemRelease_params, handle), 0},
 
-    /* ---- VMM address space and mappings (physical memory is cuMemCreate/Release) ---- */
+    /* ---- VMM address space and mappings (physical memory is cuMemCreate/Release; it is
+     * freed once released and unmapped, in either order: agent/alloc_map.h) ---- */
     DRV(cuMemAddressReserve, CBID_VMM),
     DRV(cuMemAddressFree, CBID_VMM),
-    DRV(cuMemMap, CBID_VMM),
-    DRV(cuMemUnmap, CBID_VMM),
+    {CUPTI_CB_DOMAIN_DRIVER_API, DRV_ID(cuMemMap), CBID_VMM, CBID_PARAMS_VMM_MAP, 0, 0, 0},
+    {CUPTI_CB_DOMAIN_DRIVER_API, DRV_ID(cuMemUnmap), CBID_VMM, CBID_PARAMS_VMM_UNMAP, 0, 0, 0},
+    {CUPTI_CB_DOMAIN_DRIVER_API, DRV_ID(cuMemRetainAllocationHandle), CBID_VMM,
+     CBID_PARAMS_VMM_RETAIN, 0, 0, 0},
 
     /* ---- memory pools (joins MEMORY_POOL records) ---- */
     RT(cudaMemPoolCreate_v11020, CBID_POOL),

@@ -11,7 +11,7 @@ enum cbid_class {
   CBID_GRAPH_LAUNCH, /* graph launches (their nodes' records carry graph ids) */
   CBID_ALLOC,        /* allocates memory the live map tracks */
   CBID_FREE,         /* frees memory the live map tracks */
-  CBID_VMM,          /* VMM address/mapping calls: traced, no effect on the map */
+  CBID_VMM,          /* VMM address/mapping calls: mappings keep VMM memory alive (params) */
   CBID_POOL,         /* memory pool create/destroy/trim */
   CBID_MEMCPY,
   CBID_MEMSET,
@@ -29,6 +29,9 @@ enum cbid_params {
   CBID_PARAMS_IN_PTR,     /* free: address (void* or CUdeviceptr) at ptr_off */
   CBID_PARAMS_VMM_CREATE, /* cuMemCreate: handle *, size, prop (device in prop->location) */
   CBID_PARAMS_VMM_RELEASE, /* cuMemRelease: handle */
+  CBID_PARAMS_VMM_MAP,     /* cuMemMap: ptr, size, offset, handle */
+  CBID_PARAMS_VMM_UNMAP,   /* cuMemUnmap: ptr, size */
+  CBID_PARAMS_VMM_RETAIN,  /* cuMemRetainAllocationHandle: handle *, addr */
 };
 
 struct cbid_entry {

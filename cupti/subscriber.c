@@ -55,6 +55,27 @@ static int32_t context_device(CUcontext ctx, uint32_t context_uid)
   return 0; /* no context information at all: a single-device process is the common case */
 }
 
+/* Where cuMemCreate puts its memory: a device, or host memory (NCCL allocates its host buffers
+ * with cuMemCreate on a host NUMA node), accounted like pinned memory. 0, or -1 when the
+ * properties do not say (the context's device then). */
+static int vmm_location(const CUmemAllocationProp *prop, int32_t *device)
+{
+  if (!prop)
+    return -1;
+  switch (prop->location.type) {
+  case CU_MEM_LOCATION_TYPE_DEVICE:
+    *device = prop->location.id;
+    return 0;
+  case CU_MEM_LOCATION_TYPE_HOST:
+  case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+  case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+    *device = ALLOC_DEVICE_HOST;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
 static uint64_t read_u64(const void *p)
 {
   uint64_t v;
@@ -119,10 +140,8 @@ static void track_memory(const struct cbid_entry *e, const CUpti_CallbackData *c
     space = ALLOC_SPACE_VMM_HANDLE;
     key = *p->handle;
     info.size = p->size;
-    if (p->prop && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-      info.device = p->prop->location.id;
+    if (key && vmm_location(p->prop, &info.device) == 0)
       goto insert;
-    }
     break;
   }
   case CBID_PARAMS_IN_PTR:
@@ -132,9 +151,24 @@ static void track_memory(const struct cbid_entry *e, const CUpti_CallbackData *c
     alloc_map_remove(allocs, ALLOC_SPACE_VA, key, NULL);
     return;
   case CBID_PARAMS_VMM_RELEASE:
-    key = read_u64(params + e->ptr_off);
-    alloc_map_remove(allocs, ALLOC_SPACE_VMM_HANDLE, key, NULL);
+    /* The memory may outlive its handle while it is mapped (agent/alloc_map.h). */
+    alloc_map_vmm_release(allocs, read_u64(params + e->ptr_off));
     return;
+  case CBID_PARAMS_VMM_MAP: {
+    const cuMemMap_params *p = (const void *)params;
+    alloc_map_vmm_map(allocs, p->ptr, p->size, p->handle);
+    return;
+  }
+  case CBID_PARAMS_VMM_UNMAP: {
+    const cuMemUnmap_params *p = (const void *)params;
+    alloc_map_vmm_unmap(allocs, p->ptr, p->size);
+    return;
+  }
+  case CBID_PARAMS_VMM_RETAIN: {
+    const cuMemRetainAllocationHandle_params *p = (const void *)params;
+    alloc_map_vmm_retain(allocs, (uint64_t)(uintptr_t)p->addr);
+    return;
+  }
   default:
     return;
   }
@@ -209,10 +243,7 @@ static void note_oom(const struct cbid_entry *e, const CUpti_CallbackData *cb,
     ev.bytes = requested_bytes(e, cb->functionParams);
   if (e->kind == ALLOC_KIND_PINNED)
     ev.device = ALLOC_DEVICE_HOST;
-  else if (e->params == CBID_PARAMS_VMM_CREATE && vmm && vmm->prop &&
-           vmm->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-    ev.device = vmm->prop->location.id;
-  else
+  else if (e->params != CBID_PARAMS_VMM_CREATE || !vmm || vmm_location(vmm->prop, &ev.device))
     ev.device = context_device(cb->context, cb->contextUid);
   oom_record(&ev);
 }
@@ -271,7 +302,9 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   const struct cbid_entry *e = cbid_lookup(domain, cbid);
   struct thread_state *ts = thread_state_get();
   uint8_t dom = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CORR_DOMAIN_RUNTIME : CORR_DOMAIN_DRIVER;
-  int is_memory = e && (e->cls == CBID_ALLOC || e->cls == CBID_FREE);
+  /* Calls that change the live map (VMM mappings keep VMM memory alive). */
+  int is_memory =
+      e && (e->cls == CBID_ALLOC || e->cls == CBID_FREE || (e->cls == CBID_VMM && e->params));
   struct thread_call *top;
   uint64_t exit_ns;
 

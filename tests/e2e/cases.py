@@ -8,7 +8,7 @@ objects have distinct ids.
 
 Two counters depend on what the agent traces (cupti/cbids.c):
   api.{runtime,driver}  calls of the traced APIs (launches, graph launches, allocations, frees,
-                        VMM reserve/map/unmap/free, pools, copies, sets, synchronizations);
+                        VMM reserve/map/unmap/free/retain, pools, copies, sets, synchronizations);
                         not cuInit, context/stream/module management, cuMemSetAccess, ...
   joins.*               device events joined to their API call: kernels, copies, memsets and
                         the MEMORY2 allocation/release records (the simulator writes those for
@@ -300,6 +300,25 @@ def _(f, run, env):
     # cuMemFree, cuMemAllocHost, cuMemHostAlloc, 2 cuMemFreeHost.
     capture(f, run, [], [], {}, NO_MEMSET, memory, {"runtime": 0, "driver": 12, "unknown": 0},
             {"runtime": 0, "driver": 19})
+
+
+@case("vmm_lifetime")
+def _(f, run, env):
+    # VMM memory is freed when its handle is released *and* its last mapping is gone: A is
+    # released while mapped twice and stays in use until its second cuMemUnmap, so the peak is
+    # A + the 8192-byte block allocated between the two unmaps. B is created after A's memory
+    # is gone (2 MiB again, never both at once) and its retained reference keeps it alive past
+    # the first release. No release is an unknown free. C is host memory (a host NUMA node):
+    # device -1, like pinned memory.
+    memory = [mem(0, 5, 4 * MIB + 4096 + 8192 + 4096, 2 * MIB + 8192,
+                  {"device": 4096 + 8192 + 4096, "vmm": 4 * MIB}),
+              mem(-1, 1, 2 * MIB, 2 * MIB, {"vmm": 2 * MIB})]
+    # Joins: the MEMORY2 records of the three cuMemAlloc/cuMemFree pairs; VMM has none. API
+    # calls: 3 cuMemCreate, 3 cuMemAddressReserve, 3 cuMemMap, 1 cuMemRetainAllocationHandle,
+    # 4 cuMemRelease, 3 cuMemAlloc, 3 cuMemFree, 3 cuMemUnmap, 3 cuMemAddressFree
+    # (cuMemSetAccess is not traced).
+    capture(f, run, [], [], {}, NO_MEMSET, memory, {"runtime": 0, "driver": 6, "unknown": 0},
+            {"runtime": 0, "driver": 26})
 
 
 # ---- the small workload, under various configurations ----

@@ -26,15 +26,28 @@ struct alloc {
   int registered;            /* cuMemHostRegister: memory not ours to free */
   int vmm;                   /* a VMM mapping (freed by cuMemUnmap only) */
   struct fg_pool *pool;      /* stream-ordered allocation */
+  struct phys *ph;           /* a VMM mapping: the physical memory it maps */
 };
 
 static struct fg_pool *g_pools;   /* every pool ever made: allocations may point at them */
 
+/* Physical memory lives while a handle reference (cuMemCreate, each
+ * cuMemRetainAllocationHandle) or a mapping is left: released and unmapped in either order.
+ * Under fg_lock. */
 struct phys {
   int fd;
   uint64_t size;
   int device;
+  int refs, maps;
 };
+
+static void phys_settle(struct phys *ph)
+{
+  if (ph->refs == 0 && ph->maps == 0) {
+    close(ph->fd);
+    free(ph);
+  }
+}
 
 static struct alloc *g_allocs;
 static size_t g_nallocs, g_capallocs;
@@ -185,7 +198,7 @@ static CUresult alloc_new(size_t size, enum fg_mem_class cls, struct fg_ctx *ctx
   void *p = NULL;
   if (posix_memalign(&p, 512, size) != 0)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  struct alloc a = {(uint64_t)(uintptr_t)p, size, cls, dev, ctx, 0, 0, pool};
+  struct alloc a = {(uint64_t)(uintptr_t)p, size, cls, dev, ctx, 0, 0, pool, NULL};
   pthread_mutex_lock(&fg_lock);
   /* Checked under the lock that guards g_used: threads allocate concurrently. */
   if (cls != FG_MEM_PINNED && g_used[dev] + size > fg_devices[dev].total_mem) {
@@ -341,7 +354,8 @@ FG_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned 
     return FG_EXIT(r);
   if (!p || !bytesize)
     return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
-  struct alloc a = {(uint64_t)(uintptr_t)p, bytesize, FG_MEM_PINNED, ctx->device, ctx, 1, 0, NULL};
+  struct alloc a = {
+      (uint64_t)(uintptr_t)p, bytesize, FG_MEM_PINNED, ctx->device, ctx, 1, 0, NULL, NULL};
   pthread_mutex_lock(&fg_lock);
   if (table_find(a.base))
     r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
@@ -699,20 +713,44 @@ FG_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
   }
   ph->size = size;
   ph->device = prop->location.id;
+  ph->refs = 1;
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)ph;
   return FG_EXIT(CUDA_SUCCESS);
 }
 
-/* The pages stay alive while mapped (mmap holds the file), as physical memory does. */
+/* The memory stays alive while mapped, as physical memory does (the handle value too: a
+ * cuMemRetainAllocationHandle of a mapped address returns it). */
 FG_API CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
   FG_ENTER(cuMemRelease, NULL, handle);
   struct phys *ph = (struct phys *)(uintptr_t)handle;
   if (!ph)
     return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
-  close(ph->fd);
-  free(ph);
-  return FG_EXIT(CUDA_SUCCESS);
+  pthread_mutex_lock(&fg_lock);
+  int ok = ph->refs > 0;
+  if (ok) {
+    ph->refs--;
+    phys_settle(ph);
+  }
+  pthread_mutex_unlock(&fg_lock);
+  return FG_EXIT(ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+FG_API CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
+                                                    void *addr)
+{
+  FG_ENTER(cuMemRetainAllocationHandle, NULL, handle, addr);
+  if (!handle)
+    return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
+  pthread_mutex_lock(&fg_lock);
+  struct alloc *a = table_find((uint64_t)(uintptr_t)addr);
+  int ok = a && a->vmm && a->ph;
+  if (ok) {
+    a->ph->refs++;
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)a->ph;
+  }
+  pthread_mutex_unlock(&fg_lock);
+  return FG_EXIT(ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
 }
 
 FG_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
@@ -726,9 +764,11 @@ FG_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                   ph->fd, (off_t)offset);
   if (va == MAP_FAILED)
     return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
-  struct alloc a = {ptr, size, FG_MEM_DEVICE, ph->device, NULL, 0, 1, NULL};
+  struct alloc a = {ptr, size, FG_MEM_DEVICE, ph->device, NULL, 0, 1, NULL, ph};
   pthread_mutex_lock(&fg_lock);
   int rc = table_insert(&a);
+  if (rc == 0)
+    ph->maps++;
   pthread_mutex_unlock(&fg_lock);
   return FG_EXIT(rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
 }
@@ -743,7 +783,12 @@ FG_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
     size_t i = lower_bound(ptr);
     if (i >= g_nallocs || g_allocs[i].base >= ptr + size || !g_allocs[i].vmm)
       break;
+    struct phys *ph = g_allocs[i].ph;
     table_remove(&g_allocs[i]);
+    if (ph) {
+      ph->maps--;
+      phys_settle(ph);
+    }
   }
   pthread_mutex_unlock(&fg_lock);
   /* Back to a reservation: the range stays owned until cuMemAddressFree. */

@@ -229,9 +229,70 @@ static void test_window_groups(void)
   alloc_map_free(m);
 }
 
+static uint64_t in_use(struct alloc_map *m, int device)
+{
+  struct alloc_map_stats st;
+
+  alloc_map_get_stats(m, &st);
+  return st.dev[device + 1].in_use;
+}
+
+/* VMM memory goes when released and unmapped, in either order (agent/alloc_map.h). */
+static void test_vmm_lifetimes(void)
+{
+  struct alloc_map *m = alloc_map_new(0);
+  struct alloc_info in = info(2 << 20, 0, ALLOC_KIND_VMM);
+  struct alloc_map_stats st;
+
+  /* Released while mapped twice (CUDA's VMM samples): freed by the second unmap. */
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x10, &in), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f0000000000, 2 << 20, 0x10), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f1000000000, 2 << 20, 0x10), 0);
+  CHECK_EQ(alloc_map_vmm_release(m, 0x10), 0);
+  CHECK_EQ(in_use(m, 0), 2 << 20);
+  /* The handle value is free again: a new cuMemCreate may get it while the old is mapped. */
+  in = info(4 << 20, 0, ALLOC_KIND_VMM);
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x10, &in), 0);
+  CHECK_EQ(in_use(m, 0), 6 << 20);
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f0000000000, 2 << 20), 1);
+  CHECK_EQ(in_use(m, 0), 6 << 20);
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f1000000000, 2 << 20), 1);
+  CHECK_EQ(in_use(m, 0), 4 << 20); /* the first is gone, the new one is not */
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 1);
+  CHECK_EQ(st.replaced, 0);
+
+  /* NCCL's free: retain (by address), release, unmap, release. Two mappings side by side
+   * (an expandable segment) are unmapped by one call over both. */
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f2000000000, 2 << 20, 0x10), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f2000200000, 2 << 20, 0x10), 0);
+  CHECK_EQ(alloc_map_vmm_retain(m, 0x7f2000000000), 0);
+  CHECK_EQ(alloc_map_vmm_release(m, 0x10), 0);
+  CHECK_EQ(in_use(m, 0), 4 << 20);
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f2000000000, 4 << 20), 2);
+  CHECK_EQ(in_use(m, 0), 4 << 20); /* unmapped, but one reference is still held */
+  CHECK_EQ(alloc_map_vmm_release(m, 0x10), 0);
+  CHECK_EQ(in_use(m, 0), 0);
+
+  /* Mappings of handles never seen, unmaps of ranges never mapped, releases of unknown
+   * handles: ignored, the last counted as an unknown free. */
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f3000000000, 2 << 20, 0x99), (unsigned long long)-ENOENT);
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f3000000000, 2 << 20), 0);
+  CHECK_EQ(alloc_map_vmm_retain(m, 0x7f3000000000), (unsigned long long)-ENOENT);
+  CHECK_EQ(alloc_map_vmm_release(m, 0x10), (unsigned long long)-ENOENT);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 0);
+  CHECK_EQ(st.unknown_frees, 1);
+  CHECK_EQ(st.dev[1].allocs, 2);
+  CHECK_EQ(st.dev[1].frees, 2);
+  CHECK_EQ(st.dev[1].peak_in_use, 6 << 20);
+  alloc_map_free(m);
+}
+
 int main(void)
 {
   RUN(test_accounting);
+  RUN(test_vmm_lifetimes);
   RUN(test_window_groups);
   RUN(test_many);
   RUN(test_limit);
