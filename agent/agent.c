@@ -101,7 +101,8 @@ static int ctl_capture_start(void *arg, const struct capture_params *p, char *er
 static int ctl_capture_stop(void *arg)
 {
   (void)arg;
-  return capture_stop();
+  /* Bounded: the client's request has a timeout, and the thread serves the others. */
+  return capture_stop_within(CONTROL_STOP_WAIT_MS * 1000000ull);
 }
 
 static void ctl_capture_status(void *arg, struct capture_status *out)

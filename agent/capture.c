@@ -215,6 +215,9 @@ static struct {
   int switching; /* capture_start is between opening the file and publishing it */
   int shutdown;
   int refusing; /* the agent is exiting: no new capture, stop() waits no more */
+  /* A fork child (set without the lock, single-threaded there): it has no capture, and the
+   * lock may have been held by a parent thread at the fork. */
+  int forked;
   uint64_t next_id;
   struct capture_status st;
   /* Set by capture_start under lock, then read-only until the capture ends. */
@@ -231,6 +234,9 @@ static struct {
   _Atomic uint64_t gpu_rate;
   /* Published writer: the worker's event path loads it without the lock. */
   _Atomic(struct trace_writer *) live;
+  /* deadline_ns as last set (start, stop, exit): the worker leaves out what begins after it
+   * at once, not only from the tick that notices the end (up to a flush interval later). */
+  _Atomic uint64_t end_pub;
 } cap = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .done = PTHREAD_COND_INITIALIZER,
@@ -264,6 +270,15 @@ static struct {
 } wk;
 
 _Static_assert(CAPTURE_MAX_FILES >= 1 + PROFILES_KIND_COUNT, "a capture lists all its files");
+
+/* The window's end as known now: a stop or the planned deadline, before the worker's tick
+ * has noticed it (wk.end_ns). Worker thread. */
+static uint64_t window_end(void)
+{
+  uint64_t d = atomic_load_explicit(&cap.end_pub, memory_order_relaxed);
+
+  return d < wk.end_ns ? d : wk.end_ns;
+}
 
 /* Orders on-demand enabling (capture_start) before disabling (the worker's end of it). */
 static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -470,6 +485,7 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
   cap.writer = w;
   cap.start_ns = now;
   cap.deadline_ns = now + duration;
+  atomic_store_explicit(&cap.end_pub, cap.deadline_ns, memory_order_relaxed);
   cap.duration_ns = duration;
   cap.gpu_only = gpu_only;
   cap.trigger = trigger_name(p->trigger);
@@ -514,10 +530,18 @@ out_unguarded:
 
 int capture_stop(void)
 {
+  return capture_stop_within(UINT64_MAX);
+}
+
+int capture_stop_within(uint64_t max_wait_ns)
+{
   struct timespec deadline;
   uint64_t id, wait_ns;
   int ret = 0;
 
+  /* The parent's capture is not the child's to stop: no worker there would ever end it. */
+  if (cap.forked)
+    return -ENOENT;
   pthread_mutex_lock(&cap.lock);
   if (cap.phase == PHASE_IDLE) {
     pthread_mutex_unlock(&cap.lock);
@@ -530,9 +554,12 @@ int capture_stop(void)
     if (cap.deadline_ns > clock_realtime_ns())
       cap.deadline_ns = clock_realtime_ns();
     cap.st.ends_ns = cap.deadline_ns;
+    atomic_store_explicit(&cap.end_pub, cap.deadline_ns, memory_order_relaxed);
   }
   /* The worker ends it within two flush intervals; bounded anyway. */
   wait_ns = 3 * (cap.cfg ? cap.cfg->flush_interval_ns : 500000000ull) + 5000000000ull;
+  if (wait_ns > max_wait_ns)
+    wait_ns = max_wait_ns;
   deadline = clock_ns_to_timespec(clock_realtime_ns() + wait_ns);
   while (cap.phase != PHASE_IDLE && cap.st.id == id && !cap.shutdown && !cap.refusing &&
          ret != ETIMEDOUT)
@@ -633,7 +660,7 @@ static void handle_api(uint32_t tid, const char *comm, const struct api_rec *rec
 
   /* Calls that returned before this capture (queued at the end of the last one) or that
    * began after its window. */
-  if (rec->exit_ns < wk.start_ns || rec->enter_ns >= wk.end_ns)
+  if (rec->exit_ns < wk.start_ns || rec->enter_ns >= window_end())
     return;
   name_thread(tid, comm);
   if (!rec->flow || !wk.flows || !wk.pending) {
@@ -770,7 +797,7 @@ static void write_memory(const struct event *ev)
   uint32_t d = ev->device;
 
   if (d >= MAX_DEVICES || !is_device_memory(ev->u.memory.memory_kind) ||
-      ev->start_ns < wk.start_ns || ev->start_ns >= wk.end_ns)
+      ev->start_ns < wk.start_ns || ev->start_ns >= window_end())
     return;
   if (ev->u.memory.op == EVENT_MEMORY_ALLOCATION)
     wk.mem[d] += (int64_t)ev->u.memory.bytes;
@@ -884,9 +911,9 @@ static void profile_memory(const struct event *ev, const struct corr_info *api)
  * only overlap it). */
 static void profile_event(const struct event *ev, const struct corr_info *api)
 {
-  /* wk.end_ns is set at the first tick after the end: work in between is not the window's. */
+  /* Work after the end (a stop, or the planned end: window_end) is not the window's. */
   if (ev->flags & EVENT_F_NO_TIMING || ev->start_ns < wk.start_ns ||
-      ev->start_ns >= wk.planned_end_ns || ev->start_ns >= wk.end_ns)
+      ev->start_ns >= wk.planned_end_ns || ev->start_ns >= window_end())
     return;
   if (event_is_gpu_work(ev))
     wk.capture_gpu++;
@@ -1004,7 +1031,7 @@ static void on_event(void *arg, const struct event *ev, const struct corr_info *
     adopt(w);
   if (++wk.events_since_drain >= RING_SIZE / 2)
     drain_rings();
-  if (ev->start_ns >= wk.end_ns)
+  if (ev->start_ns >= window_end())
     return;
   profile_event(ev, api);
   if (event_is_gpu_work(ev)) {
@@ -1143,6 +1170,7 @@ static void on_tick(void *arg, uint64_t now_ns)
       cap.deadline_ns = now_ns;
     cap.st.ends_ns = cap.deadline_ns;
     wk.end_ns = cap.deadline_ns;
+    atomic_store_explicit(&cap.end_pub, cap.deadline_ns, memory_order_relaxed);
     cap.phase = PHASE_ENDING;
     atomic_store_explicit(&capture_api_on, 0, memory_order_relaxed);
     begin_end = 1;
@@ -1264,6 +1292,7 @@ void capture_forget(void)
   struct sigaction cur;
   int sig = cap.cfg ? cap.cfg->capture_signal : 0;
 
+  cap.forked = 1;
   /* The child of a fork: the pipe's reader is the parent's signal thread. The child never
    * captures, so the signal gets its default action back (the application had none). */
   if (sig_pipe[1] < 0)
@@ -1343,8 +1372,10 @@ void capture_shutdown(int worker_stopped)
   cap.shutdown = 1;
   pthread_cond_broadcast(&cap.done);
   atomic_store_explicit(&capture_api_on, 0, memory_order_relaxed);
-  if (cap.phase != PHASE_IDLE && cap.deadline_ns > clock_realtime_ns())
+  if (cap.phase != PHASE_IDLE && cap.deadline_ns > clock_realtime_ns()) {
     cap.deadline_ns = clock_realtime_ns();
+    atomic_store_explicit(&cap.end_pub, cap.deadline_ns, memory_order_relaxed);
+  }
   pthread_mutex_unlock(&cap.lock);
 
   if (sig_thread_started) {

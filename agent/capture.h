@@ -48,6 +48,10 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len);
 
 /* Ends the running capture now (its file is finished and listed in the status). 0 or -ENOENT. */
 int capture_stop(void);
+/* The same, but returns after at most max_wait_ns even if the file is not finished yet (the
+ * worker ends a capture at its next ticks, up to two flush intervals): the control thread
+ * must answer its client, which then follows the status until the capture is idle. */
+int capture_stop_within(uint64_t max_wait_ns);
 
 void capture_get_status(struct capture_status *out);
 
@@ -66,7 +70,8 @@ void capture_shutdown(int worker_stopped);
 /* Exit, first: no capture starts any more, and a capture_stop waiting (control thread)
  * returns at once, so the control server stops without waiting for the worker. */
 void capture_refuse(void);
-/* Forked child: drops the parent's signal trigger (its pipe and, if still ours, the handler). */
+/* Forked child: drops the parent's signal trigger (its pipe and, if still ours, the handler);
+ * capture_stop there returns -ENOENT at once (the parent's capture is not the child's). */
 void capture_forget(void);
 
 /* ---- the API callback hot path (cupti/subscriber.c) ---- */

@@ -33,9 +33,21 @@ _Static_assert(CONTROL_PATH_MAX <= CONFIG_PATH_MAX, "an output path fits capture
 
 #define STOP_JOIN_TIMEOUT_MS 5000
 #define LISTEN_BACKLOG 16
+/* Connections read at the same time: a client that is slow to send (or sends nothing) holds
+ * one slot for at most the client timeout, not the whole server. */
+#define MAX_CLIENTS 8
 /* Rejections are logged up to this many times each; a flood of bad clients must not flood
  * the application's stderr. */
 #define LOG_REJECTIONS 5
+
+/* One connection being read. */
+struct client {
+  int fd; /* -1: a free slot */
+  uint64_t deadline_ms;
+  struct ucred peer;
+  size_t len;
+  char req[CONTROL_REQUEST_MAX + 1];
+};
 
 struct control_server {
   int listen_fd;
@@ -50,8 +62,8 @@ struct control_server {
   ino_t ino;
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
   char command[1024];
-  /* One client at a time: the request and reply buffers live here, not on the stack. */
-  char req[CONTROL_REQUEST_MAX + 1];
+  /* Requests are read side by side but handled one at a time: one reply buffer. */
+  struct client clients[MAX_CLIENTS];
   char reply[CONTROL_RESPONSE_MAX];
   struct capture_status st;
   _Atomic unsigned long long requests, denied, malformed;
@@ -321,11 +333,11 @@ static int do_capture(struct control_server *s, const struct control_request *re
   return control_writer_end(&w);
 }
 
-static int handle(struct control_server *s, size_t len, const struct ucred *peer)
+static int handle(struct control_server *s, char *buf, size_t len, const struct ucred *peer)
 {
   struct control_request req;
   char err[512];
-  int ret = control_request_parse(s->req, len, &req, err, sizeof(err));
+  int ret = control_request_parse(buf, len, &req, err, sizeof(err));
 
   if (ret) {
     log_rejection(&s->malformed, "refused a malformed request from pid %d: %s", (int)peer->pid,
@@ -352,77 +364,98 @@ static int handle(struct control_server *s, size_t len, const struct ucred *peer
   }
 }
 
-/* One client: credentials, one bounded request within the timeout, one reply. */
-static void serve(struct control_server *s, int fd)
+static void client_close(struct client *c)
+{
+  close(c->fd);
+  c->fd = -1;
+}
+
+/* A new connection: another uid is refused at once; else it gets a slot and its deadline. */
+static void client_accept(struct control_server *s, struct client *c, int fd)
 {
   uint64_t deadline = now_ms() + s->client_timeout_ms;
-  struct ucred peer;
-  socklen_t plen = sizeof(peer);
-  size_t len = 0;
-  int reply;
+  socklen_t plen = sizeof(c->peer);
 
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) || plen != sizeof(peer))
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->peer, &plen) || plen != sizeof(c->peer)) {
+    close(fd);
     return;
-  if (peer.uid != s->euid && peer.uid != 0) {
+  }
+  if (c->peer.uid != s->euid && c->peer.uid != 0) {
     log_rejection(&s->denied,
                   "refused a request from uid %u (pid %d): only uid %u or root may "
                   "use %s",
-                  (unsigned)peer.uid, (int)peer.pid, (unsigned)s->euid, s->path);
-    reply = error_reply(s, CONTROL_E_DENIED, "uid %u may not use this socket (only uid %u or root)",
-                        (unsigned)peer.uid, (unsigned)s->euid);
-    send_reply(s, fd, reply, deadline);
+                  (unsigned)c->peer.uid, (int)c->peer.pid, (unsigned)s->euid, s->path);
+    send_reply(s, fd,
+               error_reply(s, CONTROL_E_DENIED,
+                           "uid %u may not use this socket (only uid %u or root)",
+                           (unsigned)c->peer.uid, (unsigned)s->euid),
+               deadline);
+    close(fd);
     return;
   }
-  while (!control_msg_complete(s->req, len)) {
-    ssize_t n;
-    int w;
+  c->fd = fd;
+  c->len = 0;
+  c->deadline_ms = deadline;
+}
 
-    if (len == CONTROL_REQUEST_MAX) {
+/*
+ * Reads what the client sent so far. Once it is a complete request (one reply), too long,
+ * truncated by the client's close, or out of time, replies and frees the slot.
+ */
+static void client_step(struct control_server *s, struct client *c, uint64_t now)
+{
+  int reply;
+
+  for (;;) {
+    ssize_t n;
+
+    if (control_msg_complete(c->req, c->len)) {
+      /* Data after the empty line is refused by parsing all that arrived: one request per
+       * connection. */
+      c->req[c->len] = '\0';
+      reply = handle(s, c->req, c->len, &c->peer);
+      goto answer;
+    }
+    if (c->len == CONTROL_REQUEST_MAX) {
       log_rejection(&s->malformed, "refused a request from pid %d: longer than %d bytes",
-                    (int)peer.pid, CONTROL_REQUEST_MAX);
+                    (int)c->peer.pid, CONTROL_REQUEST_MAX);
       reply = error_reply(s, CONTROL_E_TOO_LARGE, "a request has at most %d bytes",
                           CONTROL_REQUEST_MAX);
-      send_reply(s, fd, reply, deadline);
-      return;
+      goto answer;
     }
-    w = wait_fd(s, fd, POLLIN, deadline);
-    if (w < 0)
-      return;
-    if (w == 0) {
-      log_rejection(&s->malformed,
-                    "gave up on a client (pid %d) that sent no complete request "
-                    "within %u ms",
-                    (int)peer.pid, s->client_timeout_ms);
-      reply = error_reply(s, CONTROL_E_TIMEOUT, "no complete request within %u ms",
-                          s->client_timeout_ms);
-      send_reply(s, fd, reply, deadline);
-      return;
-    }
-    n = recv(fd, s->req + len, CONTROL_REQUEST_MAX - len, 0);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+    n = recv(c->fd, c->req + c->len, CONTROL_REQUEST_MAX - c->len, 0);
+    if (n > 0) {
+      c->len += (size_t)n;
       continue;
-    if (n < 0)
-      return;
-    if (n == 0) {
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (n < 0 || c->len == 0) {
       /* A connection closed before saying anything is a liveness probe, not an error. */
-      if (len)
-        log_rejection(&s->malformed,
-                      "refused a truncated request from pid %d (%zu bytes, no "
-                      "empty line)",
-                      (int)peer.pid, len);
-      if (len)
-        send_reply(s, fd,
-                   error_reply(s, CONTROL_E_BAD_REQUEST,
-                               "truncated request: the connection ended before the empty line"),
-                   deadline);
+      client_close(c);
       return;
     }
-    len += (size_t)n;
+    log_rejection(&s->malformed,
+                  "refused a truncated request from pid %d (%zu bytes, no "
+                  "empty line)",
+                  (int)c->peer.pid, c->len);
+    reply = error_reply(s, CONTROL_E_BAD_REQUEST,
+                        "truncated request: the connection ended before the empty line");
+    goto answer;
   }
-  /* Data after the empty line is refused by parsing all that arrived: one request per
-   * connection. */
-  s->req[len] = '\0';
-  send_reply(s, fd, handle(s, len, &peer), deadline);
+  if (now < c->deadline_ms)
+    return; /* more to come */
+  log_rejection(&s->malformed,
+                "gave up on a client (pid %d) that sent no complete request "
+                "within %u ms",
+                (int)c->peer.pid, s->client_timeout_ms);
+  reply =
+      error_reply(s, CONTROL_E_TIMEOUT, "no complete request within %u ms", s->client_timeout_ms);
+answer:
+  send_reply(s, c->fd, reply, c->deadline_ms);
+  client_close(c);
 }
 
 static void *server_main(void *arg)
@@ -432,30 +465,57 @@ static void *server_main(void *arg)
   /* Whatever this thread calls (capture_start may reach CUPTI) must not re-enter the agent. */
   guard_hold();
   for (;;) {
-    struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN},
-                          {.fd = s->stop_rd, .events = POLLIN}};
-    int fd;
+    struct pollfd p[2 + MAX_CLIENTS];
+    int slot[2 + MAX_CLIENTS];
+    nfds_t np = 2;
+    uint64_t now = now_ms(), next = UINT64_MAX;
+    int free_slot = -1, timeout;
 
-    if (poll(p, 2, -1) < 0) {
+    p[0] = (struct pollfd){.fd = s->stop_rd, .events = POLLIN};
+    p[1] = (struct pollfd){.fd = -1, .events = POLLIN}; /* the listener, while a slot is free */
+    for (int i = 0; i < MAX_CLIENTS; i++) {
+      struct client *c = &s->clients[i];
+      if (c->fd < 0) {
+        free_slot = free_slot < 0 ? i : free_slot;
+        continue;
+      }
+      slot[np] = i;
+      p[np++] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+      if (c->deadline_ms < next)
+        next = c->deadline_ms;
+    }
+    if (free_slot >= 0)
+      p[1].fd = s->listen_fd;
+    timeout = next == UINT64_MAX ? -1 : next <= now ? 0 : (int)(next - now);
+    if (poll(p, np, timeout) < 0) {
       if (errno == EINTR)
         continue;
       break;
     }
-    if (p[1].revents)
+    if (p[0].revents)
       break;
-    fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      /* Out of descriptors: the pending connection stays readable; do not spin on it. */
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+    now = now_ms();
+    for (nfds_t i = 2; i < np; i++) {
+      struct client *c = &s->clients[slot[i]];
+      if (p[i].revents || now >= c->deadline_ms)
+        client_step(s, c, now);
+    }
+    if (p[1].revents) {
+      int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+      if (fd >= 0) {
+        client_accept(s, &s->clients[free_slot], fd);
+      } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors: the pending connection stays readable; do not spin on it. */
         struct pollfd q = {.fd = s->stop_rd, .events = POLLIN};
         if (poll(&q, 1, 100) > 0)
           break;
       }
-      continue;
     }
-    serve(s, fd);
-    close(fd);
   }
+  for (int i = 0; i < MAX_CLIENTS; i++)
+    if (s->clients[i].fd >= 0)
+      client_close(&s->clients[i]);
   return NULL;
 }
 
@@ -472,6 +532,8 @@ struct control_server *control_server_start(const char *run_dir, const struct co
     return NULL;
   }
   s->listen_fd = -1;
+  for (int i = 0; i < MAX_CLIENTS; i++)
+    s->clients[i].fd = -1;
   s->ops = *ops;
   s->client_timeout_ms = client_timeout_ms ? client_timeout_ms : CONTROL_DEFAULT_CLIENT_TIMEOUT_MS;
   s->pid = getpid();
@@ -558,6 +620,10 @@ void control_server_forget(struct control_server *s)
   close(s->stop_rd);
   close(s->stop_wr);
   s->listen_fd = s->stop_rd = s->stop_wr = -1;
+  /* Connections the parent was reading: the child must not keep them open. */
+  for (int i = 0; i < MAX_CLIENTS; i++)
+    if (s->clients[i].fd >= 0)
+      close(s->clients[i].fd);
   s->started = 0;
 }
 

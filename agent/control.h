@@ -26,6 +26,9 @@ struct control_ops {
 };
 
 #define CONTROL_DEFAULT_CLIENT_TIMEOUT_MS 2000
+/* How long the server's stop waits for the file before replying (its state may then still
+ * be "running"): well inside the gpuprof command's 5 s request timeout. */
+#define CONTROL_STOP_WAIT_MS 2000
 
 struct control_server;
 

@@ -450,6 +450,56 @@ int cmd_capture(int argc, char **argv)
   return rc;
 }
 
+/*
+ * After a stop: the agent replies within a couple of seconds, and a capture whose file takes
+ * longer (it ends at the worker's next ticks, up to two flush intervals) still reads
+ * "running". Follows the status until capture id is finished; 0 with its final status in
+ * rep/st, or an exit status after saying why on stderr.
+ */
+static int wait_stopped(const struct agent_socket *sock, uint64_t id, struct client_reply *rep,
+                        struct client_status *st)
+{
+  uint64_t deadline = mono_ns() + FINISH_GRACE_NS;
+  struct control_request req;
+  int errors = 0;
+
+  control_request_init(&req, CONTROL_CMD_STATUS);
+  while (st->running && st->id == id) {
+    struct timespec ts = {0, POLL_INTERVAL_MS * 1000000L};
+    char err[512];
+    int ret;
+
+    if (mono_ns() > deadline) {
+      fprintf(stderr,
+              "gpuprof stop: pid %d: capture #%llu has not finished its file %llu s after "
+              "the stop; giving up waiting (it goes on in the process)\n",
+              sock->pid, (unsigned long long)id,
+              (unsigned long long)(FINISH_GRACE_NS / 1000000000ull));
+      return EXIT_ERROR;
+    }
+    nanosleep(&ts, NULL);
+    ret = client_request(sock->path, &req, CLIENT_TIMEOUT_MS, rep, err, sizeof(err));
+    if (ret == -ECONNREFUSED || ret == -ENOENT) {
+      fprintf(stderr,
+              "gpuprof stop: pid %d exited before capture #%llu finished; its agent "
+              "finishes the trace at exit (look in the output directory)\n",
+              sock->pid, (unsigned long long)id);
+      return EXIT_ERROR;
+    }
+    if (ret || !rep->ok) {
+      if (++errors >= 5) {
+        fprintf(stderr, "gpuprof stop: pid %d: status: %s\n", sock->pid,
+                ret ? err : "the agent keeps refusing status requests");
+        return EXIT_ERROR;
+      }
+      continue;
+    }
+    errors = 0;
+    client_status_read(rep, st);
+  }
+  return EXIT_OK;
+}
+
 int cmd_stop(int argc, char **argv)
 {
   static struct client_reply rep;
@@ -470,6 +520,7 @@ int cmd_stop(int argc, char **argv)
   for (size_t i = 0; i < n; i++) {
     struct client_status st;
     char err[512];
+    uint64_t id;
 
     ret = client_request(t[i].sock.path, &req, CLIENT_TIMEOUT_MS, &rep, err, sizeof(err));
     if (ret) {
@@ -485,8 +536,27 @@ int cmd_stop(int argc, char **argv)
         rc = EXIT_ERROR;
       continue;
     }
+    id = st.id;
+    ret = wait_stopped(&t[i].sock, id, &rep, &st);
+    if (ret) {
+      rc = worse(rc, ret);
+      continue;
+    }
+    if (st.id != id) {
+      fprintf(stderr,
+              "gpuprof stop: pid %d: capture #%llu stopped, and #%llu was started since; "
+              "look for its file in the output directory\n",
+              t[i].sock.pid, (unsigned long long)id, (unsigned long long)st.id);
+      rc = EXIT_ERROR;
+      continue;
+    }
     fprintf(stderr, "gpuprof: pid %d: capture #%llu stopped\n", t[i].sock.pid,
             (unsigned long long)st.id);
+    if (st.error) {
+      fprintf(stderr, "gpuprof stop: pid %d: capture #%llu failed: %s\n", t[i].sock.pid,
+              (unsigned long long)st.id, st.error_text[0] ? st.error_text : "error");
+      rc = EXIT_ERROR;
+    }
     for (size_t f = 0; f < st.n_files; f++)
       printf("%s\n", st.files[f]);
   }

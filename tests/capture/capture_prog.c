@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,6 +173,26 @@ int main(int argc, char **argv)
     printf("memory: stop %d\n", gpuprof_capture_stop());
     CU(cuMemFree(b));
     CU(cuMemFree(c));
+  } else if (!strcmp(mode, "fork")) {
+    /* A child forked during an API capture has no capture of its own: its stop finds none
+     * and its start is refused (the agent is dormant there); the parent's capture runs on. */
+    pid_t child;
+    int status = -1;
+    if (!gpuprof_capture_start || !gpuprof_capture_stop)
+      e2e_fail("fork: run with LD_PRELOAD of the agent");
+    printf("fork: start %d\n", gpuprof_capture_start(60000, 0));
+    child = fork();
+    if (child < 0)
+      e2e_fail("fork");
+    if (child == 0) {
+      int stop = gpuprof_capture_stop();
+      printf("fork: child stop %d, start %d\n", stop, gpuprof_capture_start(1000, 0));
+      _exit(0);
+    }
+    waitpid(child, &status, 0);
+    printf("fork: child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    basic();
+    printf("fork: stop %d\n", gpuprof_capture_stop());
   } else if (!strcmp(mode, "own-handler")) {
     raise(SIGUSR2);
     basic();

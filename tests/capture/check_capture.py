@@ -489,6 +489,19 @@ def case_api(a):
                            memory={"cuMemAlloc": [2, MIB + 65536, 0, 0]})
 
 
+def case_fork(a):
+    # A fork child's stop must neither wait for nor report the parent's capture (whose worker
+    # is not in the child), and its start is refused: the agent is dormant there.
+    rc, out, err = run(["fork"], a.prog, {"GPUPROF_TRACE_FORMAT": "json",
+                                          "GPUPROF_STACKS": "all"}, preload=a.agent)
+    check(rc == 0, f"program exited {rc}")
+    check("fork: start 0\n" in out and "fork: child stop -2, start -19\n" in out and
+          "fork: child exited 0\n" in out and "fork: stop 0\n" in out, f"fork results: {out!r}")
+    path = one_trace(".json")
+    if path:
+        check_json_basic(path, "api")
+
+
 def case_api_absent(a):
     rc, out, err = run(["api"], a.prog, {"GPUPROF_TRACE_FORMAT": "json"})
     check(rc == 0 and "api: not available" in out and "basic: done" in out,

@@ -17,6 +17,8 @@ with their own GPUPROF_RUN_DIR, then drives them with `gpuprof list`, `gpuprof c
   busy  a second capture while one runs exits 3 (busy) naming the running one; `stop` ends
         the first early, which then prints its file; `capture` with several agents and no
         --pid/--all is a usage error (2); an empty run dir exits 4 naming GPUPROF_RUN_DIR.
+  slowstop  GPUPROF_FLUSH_INTERVAL=8s: `stop` still succeeds and prints the file, which takes
+        up to two intervals to finish, and the agent answers `list` meanwhile.
   format  without --format (and GPUPROF_TRACE_FORMAT unset) the format follows the expected
         size: a first 1 s capture (no rate known yet) writes .json.gz; a 1 h capture of the
         same workload (thousands of kernels per second: far more JSON than the UI loads) writes
@@ -56,7 +58,7 @@ def check(cond, msg):
 
 
 class Workloads:
-    def __init__(self, args, n):
+    def __init__(self, args, n, env_extra=None):
         self.args = args
         self.work = os.environ.get("E2E_WORKDIR") or "/tmp/gpuprof-control-e2e"
         shutil.rmtree(self.work, ignore_errors=True)
@@ -74,6 +76,7 @@ class Workloads:
                 "GPUPROF_OUTPUT_DIR": os.path.join(self.work, "output-%d" % i),
                 "GPUPROF_SUMMARY_FILE": os.path.join(self.work, "summary-%d.json" % i),
             })
+            env.update(env_extra or {})
             p = subprocess.Popen([args.workload, self.stop_file, str(WAIT_S * 3)], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self.procs.append(p)
@@ -311,6 +314,52 @@ def scenario_format(args):
         w.finish()
 
 
+def scenario_slowstop(args):
+    """With a long GPUPROF_FLUSH_INTERVAL a capture ends (and its file is written) up to two
+    intervals after the stop: `gpuprof stop` still gets its reply in time, waits for the file
+    and prints it; the control thread is not held meanwhile (list answers)."""
+    w = Workloads(args, 1, {"GPUPROF_FLUSH_INTERVAL": "8s"})
+    pid = w.pids()[0]
+    try:
+        env = dict(os.environ, GPUPROF_RUN_DIR=w.run_dir)
+        first = subprocess.Popen([args.gpuprof, "capture", "--pid", str(pid), "--duration", "60s",
+                                  "--output", w.traces, "--format", "json"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + WAIT_S
+        while "running #1" not in list_rows(w.gpuprof("list")).get(pid, ""):
+            check(time.time() < deadline and first.poll() is None, "the capture never ran")
+            time.sleep(0.1)
+        time.sleep(1)  # kernels in the window
+        stop = subprocess.Popen([args.gpuprof, "stop", "--pid", str(pid)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        # The stop is waiting for the file: the agent still answers others.
+        check(pid in list_rows(w.gpuprof("list")), "list during the stop")
+        out, err = stop.communicate(timeout=WAIT_S * 2)
+        print("$ gpuprof stop --pid %d  -> %d\n%s%s" % (pid, stop.returncode, out, err))
+        check(stop.returncode == 0, "stop exited %d: %r" % (stop.returncode, err))
+        check("capture #1 stopped" in err, "stop: %r" % err)
+        stopped = split_files([f for f in out.splitlines() if f])
+        check(len(stopped) == 1, "stop printed %r" % out)
+        cout, cerr = first.communicate(timeout=WAIT_S * 2)
+        print(cout, cerr)
+        check(first.returncode == 0, "the stopped capture exited %d" % first.returncode)
+        files = split_files([f for f in cout.splitlines() if f])
+        check(files == stopped, "capture printed %r, stop %r" % (files, stopped))
+        validate(args, files[0], pid)
+        # Nothing that began after the stop (the window's end) is in the trace, although the
+        # worker noticed the end only at its next tick, seconds later.
+        with open(files[0]) as f:
+            doc = json.load(f)
+        meta = doc["metadata"]
+        end_us = (int(meta["capture_end_ns"]) - int(meta["base_time_ns"])) / 1000.0
+        late = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["ts"] >= end_us]
+        check(not late, "%d slices begin after the capture's end (%.0f us), e.g. %r"
+              % (len(late), end_us, late[:1]))
+    finally:
+        w.finish()
+
+
 def scenario_impostor(args):
     """A socket that is not a gpuprof agent answers an error without a code: the command says
     so and exits 1, it does not crash."""
@@ -351,7 +400,8 @@ def scenario_impostor(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scenario", choices=["pid", "all", "busy", "format", "impostor"],
+    ap.add_argument("--scenario",
+                    choices=["pid", "all", "busy", "format", "impostor", "slowstop"],
                     required=True)
     ap.add_argument("--gpuprof", required=True)
     ap.add_argument("--workload", required=True)
@@ -359,7 +409,8 @@ def main():
     args = ap.parse_args()
     try:
         {"pid": scenario_pid, "all": scenario_all, "busy": scenario_busy,
-         "format": scenario_format, "impostor": scenario_impostor}[args.scenario](args)
+         "format": scenario_format, "impostor": scenario_impostor,
+         "slowstop": scenario_slowstop}[args.scenario](args)
     except Failed as e:
         print("FAILED: %s" % e)
         return 1

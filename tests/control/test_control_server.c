@@ -369,6 +369,39 @@ static void test_bad_clients(void)
   control_server_stop(s);
 }
 
+/* Clients that connect and send nothing (a probe that hangs, a stuck script) do not hold up
+ * the others: a request behind several of them is answered at once, not after each one's
+ * timeout (here 7 x 3 s, past the 5 s read_all gives any reply). */
+static void test_silent_clients(void)
+{
+  struct control_server *s = start_server(tmpdir, 3000);
+  int fds[7];
+  char *r;
+
+  CHECK(s != NULL);
+  if (!s)
+    return;
+  for (int i = 0; i < 7; i++)
+    fds[i] = dial(control_server_path(s));
+  r = request(control_server_path(s), "GPUPROF/1 status\n\n");
+  CHECK(starts_with(r, "GPUPROF/1 ok\n"));
+  /* Half a request from one of them completes it later: answered too. */
+  CHECK_EQ(write(fds[0], "GPUPROF/1 sta", 13), 13);
+  CHECK_EQ(write(fds[0], "tus\n\n", 5), 5);
+  {
+    char buf[CONTROL_RESPONSE_MAX];
+    read_all(fds[0], buf, sizeof(buf));
+    CHECK(starts_with(buf, "GPUPROF/1 ok\n"));
+    /* The silent ones are given up on with a reply when their time is up. */
+    read_all(fds[1], buf, sizeof(buf));
+    CHECK(starts_with(buf, "GPUPROF/1 error timeout\n"));
+  }
+  for (int i = 0; i < 7; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  control_server_stop(s);
+}
+
 /* Random and mutated requests through the socket: every one gets a well-formed reply. */
 static void test_socket_fuzz(void)
 {
@@ -569,6 +602,7 @@ int main(void)
   RUN(test_socket_file);
   RUN(test_status_capture_stop);
   RUN(test_bad_clients);
+  RUN(test_silent_clients);
   RUN(test_socket_fuzz);
   RUN(test_stale_and_conflicts);
   RUN(test_permission_denied);
