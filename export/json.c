@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/utf8.h"
+
 enum frame_kind { FRAME_TOP, FRAME_OBJECT, FRAME_ARRAY };
 
 struct frame {
@@ -184,39 +186,6 @@ int json_writer_end_array(struct json_writer *w)
   return end(w, FRAME_ARRAY, "]");
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. Overlong forms,
- * UTF-16 surrogates (Java's modified UTF-8 thread names) and code points above U+10FFFF are
- * invalid: strict decoders (Python's json, jq) refuse the whole file for one of them. */
-size_t json_utf8_len(const unsigned char *s, size_t n)
-{
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
-
-  if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-    len = 2;
-  } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-    len = 3;
-    if (s[0] == 0xe0)
-      lo = 0xa0;
-    else if (s[0] == 0xed)
-      hi = 0x9f;
-  } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-    len = 4;
-    if (s[0] == 0xf0)
-      lo = 0x90;
-    else if (s[0] == 0xf4)
-      hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (len > n || s[1] < lo || s[1] > hi)
-    return 0;
-  for (size_t i = 2; i < len; i++)
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-  return len;
-}
-
 /* Writes s as a quoted, escaped JSON string (no separators). */
 static int emit_string(struct json_writer *w, const char *s, size_t len)
 {
@@ -234,7 +203,7 @@ static int emit_string(struct json_writer *w, const char *s, size_t len)
     size_t elen = 0;
 
     if (c >= 0x80) {
-      size_t l = json_utf8_len((const unsigned char *)s + i, len - i);
+      size_t l = utf8_seq_len((const unsigned char *)s + i, len - i);
       if (l) {
         run += l;
         i += l - 1;

@@ -49,10 +49,6 @@ int json_writer_null(struct json_writer *w);
 int json_writer_finish(struct json_writer *w);
 int json_writer_error(const struct json_writer *w);
 
-/* Length of the valid UTF-8 sequence at s (n >= 1 bytes available), 0 if invalid (also for
- * overlong forms, surrogates and code points above U+10FFFF). The writers replace such bytes. */
-size_t json_utf8_len(const unsigned char *s, size_t n);
-
 /* Shorthands for "key": value inside an object. */
 int json_writer_kv_string(struct json_writer *w, const char *key, const char *s);
 int json_writer_kv_int(struct json_writer *w, const char *key, int64_t v);

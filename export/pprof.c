@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "export/utf8.h"
 #include "proto/profile.pb-c.h"
 
 #define MAX_SAMPLE_TYPES 8
@@ -352,33 +353,6 @@ static int string_eq(const struct pprof_builder *b, size_t pos, const void *key)
   return !strcmp(b->strings.v[pos], key);
 }
 
-/* The length of the valid UTF-8 sequence at s, 0 if it is not one (overlong forms, surrogates
- * and code points above U+10FFFF included). Never reads past a NUL. */
-static int utf8_seq_len(const unsigned char *s)
-{
-  unsigned char c = s[0];
-
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    return (s[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if ((s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
-      return 0;
-    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F))
-      return 0;
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if ((s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-      return 0;
-    if ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))
-      return 0;
-    return 4;
-  }
-  return 0;
-}
-
 /*
  * Pyroscope rejects a whole profile with one string that is not UTF-8 (formats.md 1.2), and
  * file names, symbols and labels are bytes: NULL when s is valid, else a malloc'd copy with
@@ -386,31 +360,18 @@ static int utf8_seq_len(const unsigned char *s)
  */
 static char *utf8_sanitized(const char *s, int *nomem)
 {
-  const unsigned char *p = (const unsigned char *)s;
-  char *out, *o;
-  int n;
+  size_t len = strlen(s);
+  char *out;
 
-  while (*p && (n = utf8_seq_len(p)) > 0)
-    p += n;
-  if (!*p)
+  if (utf8_valid_prefix(s, len) == len)
     return NULL;
-  out = o = malloc(strlen(s) + 1);
+  out = malloc(len + 1);
   if (!out) {
     *nomem = 1;
     return NULL;
   }
-  for (p = (const unsigned char *)s; *p;) {
-    n = utf8_seq_len(p);
-    if (n == 0) {
-      *o++ = '?';
-      p++;
-      continue;
-    }
-    memcpy(o, p, (size_t)n);
-    o += n;
-    p += n;
-  }
-  *o = '\0';
+  memcpy(out, s, len + 1);
+  utf8_fix(out);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "export/curl_api.h"
+#include "export/utf8.h"
 #include "proto/push.pb-c.h"
 
 #define PUSH_PATH "/push.v1.PusherService/Push"
@@ -58,43 +59,6 @@ const char *pyroscope_labels_get(const struct pyroscope_labels *ls, const char *
     if (!strcmp(ls->l[i].name, name))
       return ls->l[i].value;
   return NULL;
-}
-
-/* Length of the valid UTF-8 sequence at s (overlong forms, surrogates, > U+10FFFF refused),
- * 0 when there is none. Never reads past a NUL. */
-static int utf8_len(const unsigned char *s)
-{
-  unsigned char c = s[0];
-
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    return (s[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF)
-    return (s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80 && !(c == 0xE0 && s[1] < 0xA0) &&
-                   !(c == 0xED && s[1] > 0x9F)
-               ? 3
-               : 0;
-  if (c >= 0xF0 && c <= 0xF4)
-    return (s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 &&
-                   !(c == 0xF0 && s[1] < 0x90) && !(c == 0xF4 && s[1] > 0x8F)
-               ? 4
-               : 0;
-  return 0;
-}
-
-/* Label values are proto3 strings: a server decoding the PushRequest refuses the whole request
- * when one is not UTF-8. Configuration text is bytes: each invalid byte becomes '?'. */
-static void utf8_fix(char *s)
-{
-  for (unsigned char *p = (unsigned char *)s; *p;) {
-    int n = utf8_len(p);
-    if (n) {
-      p += n;
-    } else {
-      *p++ = '?';
-    }
-  }
 }
 
 int pyroscope_labels_add(struct pyroscope_labels *ls, const char *name, const char *value)

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "export/json.h"
+#include "export/utf8.h"
 #include "export/trace_internal.h"
 
 /*
@@ -112,7 +112,7 @@ static char *put_str(char *p, const char *str, size_t n)
       *p++ = hex[c & 15];
       i++;
     } else {
-      size_t l = json_utf8_len(s + i, n - i);
+      size_t l = utf8_seq_len(s + i, n - i);
       if (l) {
         memcpy(p, s + i, l);
         p += l;
