@@ -22,7 +22,7 @@ struct corr_info {
   uint64_t exit_ns;     /* 0 until the call returned; set only during trace captures (the
                            subscriber reads no exit clock otherwise); µs precision past 18 min */
   uint32_t stack_id;    /* host stack (agent/stack.h), STACK_ID_NONE when none was taken */
-  uint32_t weight;      /* calls the stack stands for: the sample period, 1, or 0 for none */
+  uint32_t weight;      /* calls this one stands for: the sample period, 1, or 0 (not sampled) */
 };
 
 /*

@@ -143,5 +143,7 @@ void hoststack_capture(struct thread_state *ts, enum hoststack_call call, uint32
   if (hs.python)
     n = pystack_merge(frames, n, hs.depth);
   *stack_id = stack_table_intern(hs.table, frames, n);
-  *weight = *stack_id ? w : 0;
+  /* Kept without a stack too (nothing unwound, the stack table full): a sampled launch
+   * stands for the launches its sampler skipped, which would otherwise be lost with it. */
+  *weight = w;
 }

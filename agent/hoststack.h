@@ -25,8 +25,10 @@ int hoststack_init(const struct config *cfg, const void *cupti_anchor);
 /*
  * At an outermost API ENTER on an application thread: decides whether this call gets a
  * stack (policy, and for launches the per-thread sampler), and if so unwinds, merges Python
- * frames and interns. *stack_id is STACK_ID_NONE when no stack was taken; *weight is how many
- * calls the stack stands for (sample period for sampled launches, 1 otherwise, 0 when none).
+ * frames and interns. *weight is how many calls this one stands for (sample period for sampled
+ * launches, 1 otherwise, 0 when the call was not chosen); *stack_id is STACK_ID_NONE when no
+ * stack was taken, also for a chosen call whose stack could not be kept (nothing unwound, the
+ * stack table full), which keeps its weight.
  */
 void hoststack_capture(struct thread_state *ts, enum hoststack_call call, uint32_t *stack_id,
                        uint32_t *weight);

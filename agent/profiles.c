@@ -907,7 +907,9 @@ void profiles_event(struct profiles *p, const struct event *ev, const struct cor
     /* A replayed graph node: the stack that created it, every record counted (the graph
      * launch's sampling does not apply: the node's stack was taken unsampled). */
     k.aux = KEY_AUX_GRAPH;
-  } else if (api && api->stack_id && api->weight) {
+  } else if (api && api->weight) {
+    /* A sampled launch (or a call with a stack): its weight also when its stack could not
+     * be kept (stack 0: the sample has only its leaf). */
     k.stack_id = api->stack_id;
     weight = api->weight;
   } else if (api && kind == KIND_GPU_TIME && p->o.sample_every > 1) {

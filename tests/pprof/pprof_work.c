@@ -167,6 +167,35 @@ STK_FRAME static void pp_sampled(CUfunction k, int n)
     STK_CU(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
 }
 
+/* Distinct call paths, one per value of `path` (two call sites per level), each allocating
+ * and freeing once: enough of them fill the smallest stack table (GPUPROF_STACK_TABLE_SIZE). */
+STK_FRAME static void pp_fill_a(int depth, unsigned path);
+STK_FRAME static void pp_fill_b(int depth, unsigned path);
+
+static void pp_fill_step(int depth, unsigned path)
+{
+  CUdeviceptr p;
+
+  if (!depth) {
+    STK_CU(cuMemAlloc(&p, 256));
+    STK_CU(cuMemFree(p));
+  } else if (path & 1) {
+    pp_fill_a(depth - 1, path >> 1);
+  } else {
+    pp_fill_b(depth - 1, path >> 1);
+  }
+}
+
+STK_FRAME static void pp_fill_a(int depth, unsigned path)
+{
+  pp_fill_step(depth, path);
+}
+
+STK_FRAME static void pp_fill_b(int depth, unsigned path)
+{
+  pp_fill_step(depth, path);
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "basic";
@@ -201,6 +230,14 @@ int main(int argc, char **argv)
 
     fakegpu_set_kernel_duration_ns("pp_kernel_s", 1000);
     pp_sampled(k, 400);
+  } else if (!strcmp(mode, "sampled_full")) {
+    CUfunction k = stk_kernel("pp_kernel_s");
+
+    /* The table is full before the first launch: no sampled launch keeps its stack. */
+    for (unsigned path = 0; path < (1u << 13); path++)
+      pp_fill_step(13, path);
+    fakegpu_set_kernel_duration_ns("pp_kernel_s", 1000);
+    pp_sampled(k, 400);
   } else if (!strcmp(mode, "reload") && argc > 3) {
     CUfunction k = stk_kernel("pp_kernel_r");
     void *a;
@@ -217,7 +254,7 @@ int main(int argc, char **argv)
     printf("window2 %llu\n", (unsigned long long)(now_ns() / 1000000000ull));
     pp_reload(argv[3], "b", k);
   } else {
-    fprintf(stderr, "usage: %s basic|windows|sampled|reload LIB_A LIB_B\n", argv[0]);
+    fprintf(stderr, "usage: %s basic|windows|sampled|sampled_full|reload LIB_A LIB_B\n", argv[0]);
     return 2;
   }
   STK_CU(cuCtxSynchronize());
