@@ -1040,7 +1040,7 @@ static void on_event(void *arg, const struct event *ev, const struct corr_info *
     write_gpu(ev, api);
   } else if (ev->kind == EVENT_SYNC) {
     int32_t dev = ctx_map_get(ev->context);
-    if (ev->end_ns < wk.start_ns || !ev->end_ns)
+    if (ev->flags & EVENT_F_NO_TIMING || ev->end_ns < wk.start_ns)
       return;
     note_write(trace_writer_sync(wk.w, dev >= 0 ? (uint32_t)dev : 0,
                                  ev->u.sync.type == EVENT_SYNC_CONTEXT ? UINT32_MAX : ev->stream,

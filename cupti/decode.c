@@ -138,6 +138,7 @@ static void decode_sync(const CUpti_ActivitySynchronization2 *r, struct event *e
   ev->corr_id = r->correlationId;
   ev->u.sync.type = (uint32_t)r->type;
   ev->u.sync.cuda_event_id = r->cudaEventId;
+  check_timing(ev); /* a duration is taken from it (summary sync time, trace slices) */
 }
 
 static void decode_overhead(CUpti_ActivityOverhead3 *r, struct event *ev)

@@ -281,6 +281,37 @@ static void test_unmodelled_kind(void)
   CHECK_EQ(decode_record((CUpti_Activity *)&api, &ev), (unsigned long long)-ENOENT);
 }
 
+/* Synchronization records are timed like GPU records: an end before the start is no time. */
+static void test_sync_timing(void)
+{
+  struct decode_stats st = {0};
+  CUpti_ActivitySynchronization2 *s;
+
+  memset(buffer, 0, sizeof(buffer));
+  used = 0;
+  s = append(sizeof(*s));
+  s->kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+  s->type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE;
+  s->start = 5000;
+  s->end = 4000;
+  s->correlationId = 7;
+  s = append(sizeof(*s));
+  s->kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+  s->type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE;
+  s->start = 5000;
+  s->end = 6500;
+  s->correlationId = 8;
+  n_events = 0;
+  decode_buffer(buffer, used, collect, NULL, &st);
+  CHECK_EQ(n_events, 2);
+  CHECK_EQ(st.zero_timestamps, 1);
+  CHECK_EQ(events[0].kind, EVENT_SYNC);
+  CHECK(events[0].flags & EVENT_F_NO_TIMING);
+  CHECK_EQ(events[1].kind, EVENT_SYNC);
+  CHECK_EQ(events[1].flags & EVENT_F_NO_TIMING, 0);
+  CHECK_EQ(events[1].end_ns - events[1].start_ns, 1500);
+}
+
 int main(void)
 {
   char reason[1024] = "";
@@ -292,6 +323,7 @@ int main(void)
   CHECK_EQ(cupti_loader_version() / 100, CUPTI_API_VERSION / 100);
   RUN(test_all_kinds);
   RUN(test_invalid_kind_and_truncation);
+  RUN(test_sync_timing);
   RUN(test_unmodelled_kind);
   UNIT_EXIT();
 }
