@@ -1352,10 +1352,14 @@ void capture_start_configured(void)
 
 void capture_refuse(void)
 {
+  /* Under switch_lock too: a capture_start past its last check finishes enabling on-demand
+   * collection first, so the exit path's disabling (after this) is never undone by it. */
+  pthread_mutex_lock(&switch_lock);
   pthread_mutex_lock(&cap.lock);
   cap.refusing = 1;
   pthread_cond_broadcast(&cap.done);
   pthread_mutex_unlock(&cap.lock);
+  pthread_mutex_unlock(&switch_lock);
 }
 
 void capture_shutdown(int worker_stopped)
