@@ -210,12 +210,13 @@ static struct trace_track *track_for(struct trace_writer *w, unsigned kind, uint
 
 /* Why track_named returned NULL: a write error, the size cap reached by the track's describing
  * event (-EFBIG, as for any event: callers end the capture as truncated, not failed), or a
- * refused track (device out of range, table full). */
+ * refused track (device out of range, table full: -EINVAL, counted as invalid like a slice that
+ * ends before it starts; the capture goes on with the other tracks). */
 static int track_error(const struct trace_writer *w)
 {
   if (w->out.err)
     return w->out.err;
-  return w->stats.stopped ? -EFBIG : -ENOSPC;
+  return w->stats.stopped ? -EFBIG : -EINVAL;
 }
 
 /*
@@ -449,7 +450,7 @@ int trace_writer_device(struct trace_writer *w, uint32_t device, const char *nam
     return -EFBIG;
   t = track_get(w, TRACK_GPU_PROCESS, device, 0);
   if (!t)
-    return -ENOSPC;
+    return -EINVAL; /* the track table is full */
   t->described = 1;
   return w->ops->describe(w, t);
 }

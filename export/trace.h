@@ -28,7 +28,9 @@
  * trace_meta.base_ns with three decimals (a double cannot hold epoch microseconds to the
  * nanosecond); the protobuf writes absolute nanoseconds.
  *
- * Errors: functions return 0 or a negative errno. An I/O error is sticky (every later call
+ * Errors: functions return 0 or a negative errno. -EINVAL refuses one event (it ends before it
+ * starts, or its track cannot be held: a device >= 64, 65536 tracks) and counts it in
+ * trace_stats.invalid; later events are unaffected. An I/O error is sticky (every later call
  * returns it), and the file is cut back to its last whole event, so it loads as a killed
  * writer's would. When the size cap is reached the writer stops writing events, keeps the file
  * valid, counts what it discards and returns -EFBIG from every event call; trace_writer_close

@@ -123,6 +123,32 @@ static void utf8(const char *dir, int f)
   EXPECT(trace_writer_close(w) == 0);
 }
 
+/* A track the writer cannot hold (a device past TRACE_MAX_DEVICES) refuses its event as
+ * invalid (-EINVAL, counted), not as a full disk: a capture goes on with the other tracks. */
+static void refused_track(const char *dir, int f)
+{
+  struct trace_writer *w = open_f(dir, "refused", f, 0);
+  struct trace_gpu_slice g = {.kind = TRACE_GPU_KERNEL,
+                              .start_ns = BASE + 1000,
+                              .end_ns = BASE + 2000,
+                              .device = 64,
+                              .stream = 7,
+                              .corr_id = 1,
+                              .name = "k"};
+  struct trace_stats st;
+
+  EXPECT(trace_writer_gpu_slice(w, &g) == -EINVAL);
+  EXPECT(trace_writer_sync(w, 64, 7, "cudaStreamSynchronize", BASE + 1000, BASE + 3000, 2) ==
+         -EINVAL);
+  EXPECT(trace_writer_memory(w, 64, BASE + 1000, 4096) == -EINVAL);
+  EXPECT(trace_writer_device(w, 64, "GPU 64") == -EINVAL);
+  EXPECT(kern(w, 1, BASE + 4000, BASE + 5000, 3, "after") == 0);
+  trace_writer_stats(w, &st);
+  EXPECT(st.invalid == 3);
+  EXPECT(st.events >= 1);
+  EXPECT(trace_writer_close(w) == 0);
+}
+
 /* The cap reached while a new track is being described: -EFBIG like any other event. Runs
  * with padding of 0..63 bytes so that the cap falls on the describing event in some runs. */
 static void cap_at_new_track(const char *dir, int f)
@@ -255,6 +281,7 @@ int main(int argc, char **argv)
     ties(argv[1], f);
     utf8(argv[1], f);
     cap_at_new_track(argv[1], f);
+    refused_track(argv[1], f);
     write_fails(argv[1], "wfail", f, 300000 + 777, 1000000, 0, 0);
   }
 
