@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "export/trace_internal.h"
+#include "export/utf8.h"
 #include "proto/perfetto_trace.pb-c.h"
 
 /*
@@ -590,11 +591,19 @@ static int describe(struct trace_writer *w, struct trace_track *t, const char *t
   Gpuprof__Perfetto__ProcessDescriptor proc;
   Gpuprof__Perfetto__ThreadDescriptor thr;
   Gpuprof__Perfetto__CounterDescriptor ctr;
-  char name[320];
+  char name[320], tname[TRACE_NAME_MAX + 1];
   char *cmdline[1];
   struct trace_track *parent;
 
+  /* Names are protobuf strings, which must be UTF-8 (the JSON encoding replaces invalid bytes
+   * the same way): a thread, process or device name is bytes from the system. */
   trace_track_name(w, t, name, sizeof(name));
+  utf8_fix(name);
+  if (thread_name) {
+    snprintf(tname, sizeof(tname), "%s", thread_name);
+    utf8_fix(tname);
+    thread_name = tname;
+  }
   gpuprof__perfetto__track_descriptor__init(&d);
   d.has_uuid = 1;
   d.uuid = t->uuid;
@@ -685,6 +694,15 @@ static uint64_t name_iid(struct trace_writer *w, const char *name, size_t len)
   if (enc->name_cache[slot].ptr == name && enc->name_cache[slot].len == len &&
       !memcmp(enc->name_cache[slot].key, name, len))
     return enc->name_cache[slot].iid;
+  if (utf8_valid_prefix(name, len) != len) {
+    /* Interned under its repaired form ('?' for each invalid byte, as in JSON); the cache
+     * compares against that, so such a name is looked up in the table every time. */
+    char fixed[TRACE_NAME_MAX + 1];
+    memcpy(fixed, name, len);
+    fixed[len] = '\0';
+    utf8_fix(fixed);
+    return intern_get(&enc->names, fixed, len, &is_new, &key);
+  }
   iid = intern_get(&enc->names, name, len, &is_new, &key);
   if (iid) {
     enc->name_cache[slot].ptr = name;
@@ -865,6 +883,7 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
   if (!niid) {
     memcpy(name, s->name, s->name_len);
     name[s->name_len] = '\0';
+    utf8_fix(name);
   }
   new_name = niid && !seq_seen(q, SEEN_NAME, niid);
   if (kernel) {

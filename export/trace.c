@@ -226,7 +226,9 @@ static int track_error(const struct trace_writer *w)
  * host timestamps taken at callback entry/exit can disagree with device ones). A slice that
  * starts inside an earlier one and ends after it starts at that one's end; one that starts
  * before and ends inside (or exactly at its start) ends 1 ns before its start, because of the
- * protobuf importer's order for equal timestamps (below). Only the last TRACK_RING slices are
+ * protobuf importer's order for equal timestamps (below). On GPU tracks a slice that starts
+ * with an earlier one and ends inside it starts 1 ns later, so that it cannot take the earlier
+ * one's flow arrow in JSON (below). Only the last TRACK_RING slices are
  * checked, which covers the near-in-order arrival of CUPTI buffers and of API calls (inner
  * calls complete before the outer ones).
  */
@@ -251,6 +253,12 @@ static void track_fit(struct trace_writer *w, struct trace_track *t, uint64_t *p
           moved = 1;
         } else if (s == r->start && r->start == r->end && e > s && t->kind != TRACK_HOST_THREAD) {
           s = r->end + 1; /* an empty r: starting at its end is starting with it */
+          moved = 1;
+        } else if (s == r->start && e > s && e <= r->end && t->kind != TRACK_HOST_THREAD) {
+          /* Inside r and starting with it: the JSON importer sorts the longer (or, at equal
+           * length, earlier) slice first and binds r's flow end, written after r, to the
+           * topmost slice at that ts, which would be this one. One ns later it nests. */
+          s = r->start + 1;
           moved = 1;
         } else if (s < r->start && e >= r->start && e < r->end) {
           e = r->start - 1;

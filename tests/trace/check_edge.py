@@ -26,6 +26,15 @@ TIES = {
     "r3": ((gpu_pid(0), 3), 5000, 6000), "n3": ((gpu_pid(0), 3), 6000, 7000),
     "apiR": ((PID, PID), 9000, 9500), "apiN": ((PID, PID), 8000, 8999),
 }
+# trace_edge.c's flowties(): name -> (stream, start, end) after BASE. The second kernel of each
+# stream starts in the same ns as the first, written before it: a non-empty one starts 1 ns
+# later (else it would sort before the first one's flow end and take its arrow); an empty one
+# stays (it sorts after that flow end, by file position).
+FLOWTIES = {
+    "long1": (1, 10000, 11000), "short1": (1, 10001, 10500),
+    "long2": (2, 20000, 21000), "empty2": (2, 20000, 20000),
+    "same3a": (3, 30000, 31000), "same3b": (3, 30001, 31000),
+}
 # trace_edge.c's utf8(): each byte of an invalid sequence becomes '?'.
 UTF8_NAMES = {"sur???g", "over???long", "big????", "cut??", "ok\u20ac\U0001F600\x7f\x01",
               "x" * 4095 + "?", "cudaLaunchKernel"}
@@ -73,6 +82,34 @@ def check_ties_pftrace(path, proto, protoc):
     check(got == TIES, f"{path}: slices as the importer builds them: {got}")
 
 
+def check_flowties_json(path):
+    """validate() checks that each flow end binds to its own kernel as Perfetto binds it."""
+    s = validate(path)
+    if not s:
+        return
+    got = {r["name"]: (r["tid"], r["ts"] - 0, r["end"])
+           for r in s["_parsed"] if r["ph"] == "X" and r["pid"] == gpu_pid(0)}
+    check(got == FLOWTIES, f"{path}: kernels {got}")
+    check(s["flows"] == 6, f"{path}: {s['flows']} flows")
+
+
+def check_flowties_pftrace(path, proto, protoc):
+    trace = check_traces.decode_pftrace(path, proto, protoc)
+    if trace is None:
+        return
+    tracks, slices, counters, instants, open_ = check_traces.rebuild(trace, path)
+    got, term = {}, {}
+    for uuid, lst in slices.items():
+        jt = check_traces.json_track_of(tracks, uuid)
+        for name, st, e, b in lst:
+            if jt[0] == gpu_pid(0):
+                got[name] = (jt[1], st - BASE, e - BASE)
+                term[name] = b["term"]
+    check(got == FLOWTIES, f"{path}: kernels {got}")
+    want = {n: [i + 1] for i, n in enumerate(FLOWTIES)}
+    check(term == want, f"{path}: flow ends {term}")
+
+
 def check_utf8(path):
     s = validate(path)
     if not s:
@@ -80,6 +117,23 @@ def check_utf8(path):
     names = {r["name"] for r in s["_parsed"] if r["ph"] == "X"}
     check(names == UTF8_NAMES, f"{path}: names {sorted(names, key=len)[:6]}")
     check("th???" in s["threads"].values(), f"{path}: thread names {s['threads']}")
+
+
+def check_utf8_pftrace(path, proto, protoc):
+    """Protobuf strings must be UTF-8: the same '?' replacements as in JSON, in interned names
+    and in the thread's descriptor."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    trace = check_traces.decode_pftrace(path, proto, protoc)
+    if trace is None:
+        return
+    tracks, slices, counters, instants, open_ = check_traces.rebuild(trace, path)
+    names = {name for lst in slices.values() for name, st, e, b in lst}
+    check(names == UTF8_NAMES, f"{path}: names {sorted(names, key=len)[:6]}")
+    thr = {one(one(d, "thread"), "thread_name") for d in tracks.values() if "thread" in d}
+    check(thr == {"th???"}, f"{path}: thread names {thr}")
+    for bad in (b"\xed\xa0\x80", b"\xe0\x80\xaf", b"\xf4\x90\x80\x80", b"\xed\xbf\xbf"):
+        check(bad not in raw, f"{path}: invalid UTF-8 {bad!r} in the file")
 
 
 def check_loadable(path, proto, protoc, outdir, limit=None):
@@ -130,11 +184,14 @@ def main():
     for suffix in (".json", ".json.gz"):
         check_ties_json(out("ties" + suffix))
         check_utf8(out("utf8" + suffix))
+        check_flowties_json(out("flowties" + suffix))
         for pad in range(4):
             validate(out(f"capnew-{pad}{suffix}"))
             validate(out(f"capnew2-{pad}{suffix}"))
     if a.protoc:
         check_ties_pftrace(out("ties.pftrace"), a.proto, a.protoc)
+        check_flowties_pftrace(out("flowties.pftrace"), a.proto, a.protoc)
+        check_utf8_pftrace(out("utf8.pftrace"), a.proto, a.protoc)
         for pad in range(4):
             for stem in ("capnew", "capnew2"):
                 t = check_traces.decode_pftrace(out(f"{stem}-{pad}.pftrace"), a.proto, a.protoc)

@@ -17,6 +17,7 @@
  * trace_edge OUTDIR writes, for each format F in {json, json.gz, pftrace}:
  *   OUTDIR/ties.F     slices that touch slices written before them on the same track (the
  *                     protobuf importer orders equal timestamps by file position)
+ *   OUTDIR/flowties.F flow arrows to GPU slices that start with another one on their stream
  *   OUTDIR/utf8.F     names with invalid UTF-8 (surrogates, overlong forms, code points above
  *                     U+10FFFF, a cut sequence) and a name longer than the writer keeps
  *   OUTDIR/wfail.F    a writer whose write(2) fails part-way (RLIMIT_FSIZE, like a full disk)
@@ -81,6 +82,21 @@ static int kern(struct trace_writer *w, uint32_t stream, uint64_t s, uint64_t e,
   return trace_writer_gpu_slice(w, &g);
 }
 
+static int flow_kern(struct trace_writer *w, uint32_t stream, uint64_t s, uint64_t e, uint32_t corr,
+                     const char *name)
+{
+  struct trace_gpu_slice g = {.kind = TRACE_GPU_KERNEL,
+                              .start_ns = s,
+                              .end_ns = e,
+                              .device = 0,
+                              .stream = stream,
+                              .corr_id = corr,
+                              .flow_id = corr,
+                              .name = name};
+  g.u.kernel.grid[0] = g.u.kernel.block[0] = 1;
+  return trace_writer_gpu_slice(w, &g);
+}
+
 /* Each pair: the second slice is written after the first and touches it. check_edge.py
  * knows the times. */
 static void ties(const char *dir, int f)
@@ -100,6 +116,29 @@ static void ties(const char *dir, int f)
   /* A host thread: a late call ending where the earlier-written one starts. */
   EXPECT(trace_writer_api_slice(w, PID, "apiR", b + 9000, b + 9500, 7, 0) == 0);
   EXPECT(trace_writer_api_slice(w, PID, "apiN", b + 8000, b + 9000, 8, 0) == 0);
+  EXPECT(trace_writer_close(w) == 0);
+}
+
+/* Flow arrows next to slices that start in the same nanosecond on one track: Perfetto's JSON
+ * importer binds an arrow's end to the topmost slice open at its place in the sorted stream,
+ * where a longer slice sorts before a shorter one. check_edge.py knows the times. */
+static void flowties(const char *dir, int f)
+{
+  struct trace_writer *w = open_f(dir, "flowties", f, 0);
+  uint64_t b = BASE;
+
+  for (uint32_t i = 1; i <= 6; i++)
+    EXPECT(trace_writer_api_slice(w, PID, "cudaLaunchKernel", b + i * 100, b + i * 100 + 50, i,
+                                  i) == 0);
+  /* Stream 1: a shorter kernel written after a longer one that starts with it. */
+  EXPECT(flow_kern(w, 1, b + 10000, b + 11000, 1, "long1") == 0);
+  EXPECT(flow_kern(w, 1, b + 10000, b + 10500, 2, "short1") == 0);
+  /* Stream 2: the same with an empty kernel. */
+  EXPECT(flow_kern(w, 2, b + 20000, b + 21000, 3, "long2") == 0);
+  EXPECT(flow_kern(w, 2, b + 20000, b + 20000, 4, "empty2") == 0);
+  /* Stream 3: two kernels with the same span. */
+  EXPECT(flow_kern(w, 3, b + 30000, b + 31000, 5, "same3a") == 0);
+  EXPECT(flow_kern(w, 3, b + 30000, b + 31000, 6, "same3b") == 0);
   EXPECT(trace_writer_close(w) == 0);
 }
 
@@ -279,6 +318,7 @@ int main(int argc, char **argv)
   json_writer_utf8();
   for (int f = 0; f < 3; f++) {
     ties(argv[1], f);
+    flowties(argv[1], f);
     utf8(argv[1], f);
     cap_at_new_track(argv[1], f);
     refused_track(argv[1], f);

@@ -22,7 +22,15 @@ rules gpuprof's writer promises (docs/TRACES.md):
   flows    s/t/f carry id, cat and name and pair up by (id, cat, name);
            an f without an s is an error (an s without an f only a warning: the GPU side
            may lie outside the capture); f has "bp":"e"; each flow point lies inside a slice
-           of its track
+           of its track and binds, as Perfetto binds it, to a slice that contains its ts --
+           to the X written just before it on that track when that X starts at the flow's
+           ts (gpuprof writes each flow event right after its slice). Perfetto binds
+           s and f+bp:e to the topmost slice open on the track at the flow event's place in
+           the sorted stream: at one ts, X events come first, longer ones first, then the
+           rest (zero-length X, flows) in file order; a slice leaves the stack only when a
+           later slice begins (SliceTracker::MaybeCloseStack, FlowTracker::End). So a
+           slice written later that starts at the same ts inside the flow's slice (non-empty,
+           or empty and written before the flow event) takes the arrow.
 
 --expect-json takes a JSON file of expectations (all keys optional):
   {"truncated": false,
@@ -215,6 +223,8 @@ def validate(path, rep):
     proc_names, thread_names = {}, {}
     proc_sort, thread_sort = {}, {}
     slices = collections.defaultdict(list)  # (pid, tid) -> [(start, end, idx)]
+    last_x = {}  # (pid, tid) -> index of the last X written on the track
+    flow_pts = collections.defaultdict(list)  # (pid, tid) -> [(ts, idx)] of s/t/f events
     open_b = collections.defaultdict(list)
     flows = collections.defaultdict(lambda: {"s": [], "f": [], "t": []})
     counters = collections.defaultdict(list)
@@ -300,7 +310,9 @@ def validate(path, rep):
                 continue
             if not isinstance(name, str):
                 rep.warn(f"{where}: X without a name (shown as [No name])")
+            rec["end"] = ts + dur
             slices[(pid, tid)].append((ts, ts + dur, i))
+            last_x[(pid, tid)] = i
             used_tracks.add((pid, tid))
         elif ph == "B":
             open_b[(pid, tid)].append((ts, i))
@@ -349,7 +361,9 @@ def validate(path, rep):
             if ph == "f" and ev.get("bp") != "e":
                 rep.error(f"{where}: flow end without \"bp\":\"e\" binds to the next slice, "
                           "not the enclosing one")
+            rec["slice"] = last_x.get((pid, tid))
             flows[(fid, ev["cat"], name)][ph].append(rec)
+            flow_pts[(pid, tid)].append((ts, i))
             used_tracks.add((pid, tid))
         elif ph in "iIR":
             s = ev.get("s", "t")
@@ -393,6 +407,25 @@ def validate(path, rep):
                 return True
         return False
 
+    # Where Perfetto binds each flow event: replay the track in the importer's order.
+    bound = {}
+    for track, pts in flow_pts.items():
+        evs = [(start, 2**62 - (end - start), idx, end) for start, end, idx in
+               slices.get(track, ())]
+        evs += [(ts, 2**62, idx, None) for ts, idx in pts]
+        evs.sort(key=lambda x: (x[0], x[1], x[2]))
+        stack = []
+        for ts, _, idx, end in evs:
+            if end is None:
+                bound[idx] = stack[-1][0] if stack else None
+                continue
+            while stack and (stack[-1][1] < ts or (stack[-1][1] == ts and
+                                                   not (stack[-1][2] == ts and end == ts))):
+                stack.pop()
+            stack.append((idx, end, ts))
+
+    parsed_at = {r["i"]: r for r in parsed if r["ph"] == "X" and "end" in r}
+
     # Flows: matched pairs, bound to slices.
     nflows = 0
     for key, pts in flows.items():
@@ -410,6 +443,18 @@ def validate(path, rep):
                 if not inside((r["pid"], r["tid"]), r["ts"]):
                     rep.error(f"event {r['i']}: flow {ph} at {r['ts']} ns is not inside any "
                               f"slice of track pid {r['pid']} tid {r['tid']}")
+                elif r["slice"] is not None and parsed_at[r["slice"]]["ts"] == r["ts"]:
+                    if bound.get(r["i"]) != r["slice"]:
+                        rep.error(f"event {r['i']}: flow {ph} id {key[0]} binds to event "
+                                  f"{bound.get(r['i'])} in Perfetto, not to its slice (event "
+                                  f"{r['slice']}, written just before it)")
+                else:
+                    b = parsed_at.get(bound.get(r["i"]))
+                    if b is None or not (b["ts"] <= r["ts"] < b["end"] or
+                                         b["ts"] == b["end"] == r["ts"]):
+                        rep.error(f"event {r['i']}: flow {ph} id {key[0]} binds to event "
+                                  f"{bound.get(r['i'])} in Perfetto, a slice that has ended "
+                                  "(a slice leaves the stack only when a later one begins)")
         if pts["s"] and pts["f"]:
             nflows += 1
             if pts["f"][0]["ts"] < pts["s"][0]["ts"]:
