@@ -25,7 +25,8 @@ static struct {
   int state; /* 0: not looked up, 1: usable, -1: absent or unsupported */
   int minor;
   int (*IsInitialized)(void);
-  int (*GILStateCheck)(void);
+  PyObject *(*TstateGet)(void);    /* the thread state holding the GIL (3.12+: this thread's) */
+  PyObject *(*GILStateThis)(void); /* this thread's own thread state */
   PyObject *(*EvalGetFrame)(void);
   PyObject *(*FrameGetBack)(PyObject *);
   PyObject *(*FrameGetCode)(PyObject *);
@@ -118,9 +119,22 @@ int pystack_init(void)
              major, minor);
     goto absent;
   }
+  /* Without a GIL nothing serializes the writers of this module's tables, and frames may be
+   * read by several threads at once: such a build gets native stacks. */
+  if (strstr(get_version(), "free-threading") ||
+      (minor == 13 && dlsym(RTLD_DEFAULT, "_Py_DecRefShared"))) {
+    log_info("Python %d.%d free-threaded builds are not supported for Python stacks; native "
+             "stacks only",
+             major, minor);
+    goto absent;
+  }
   py.minor = minor;
   SYM(IsInitialized, "Py_IsInitialized");
-  SYM(GILStateCheck, "PyGILState_Check");
+  /* 3.13 made the getter public; the old name is a macro there. */
+  *(void **)&py.TstateGet = dlsym(RTLD_DEFAULT, "PyThreadState_GetUnchecked");
+  if (!py.TstateGet)
+    SYM(TstateGet, "_PyThreadState_UncheckedGet");
+  SYM(GILStateThis, "PyGILState_GetThisThreadState");
   SYM(EvalGetFrame, "PyEval_GetFrame");
   SYM(FrameGetBack, "PyFrame_GetBack");
   SYM(FrameGetCode, "PyFrame_GetCode");
@@ -304,6 +318,21 @@ static int capture_python(uint64_t *out, int max)
   return n;
 }
 
+/*
+ * Not PyGILState_Check: CPython turns that check off for good once a subinterpreter was created,
+ * and it then answers 1 on every thread, also on one that released the GIL, whose
+ * PyEval_GetFrame reads a NULL thread state (a crash) or the frames of the thread that holds
+ * the GIL (3.9 to 3.11, where the current thread state is the process's). A thread holds the
+ * GIL when the thread state holding it is its own; a thread running a subinterpreter's thread
+ * state is not its own (GILState) one: it gets native stacks, safely.
+ */
+static int holds_gil(void)
+{
+  PyObject *ts = py.TstateGet();
+
+  return ts && ts == py.GILStateThis();
+}
+
 static int in_interpreter(uint64_t ip)
 {
   for (int i = 0; i < py.n_interp; i++)
@@ -322,7 +351,7 @@ int pystack_merge(uint64_t *frames, int n, int max)
   uint64_t pyf[MAX_PY_FRAMES], out[STACK_MAX_DEPTH];
   int np, k = 0, hosts = 0, placed = 0, m = 0, first_interp = -1;
 
-  if (py.state <= 0 || !py.IsInitialized() || !py.GILStateCheck())
+  if (py.state <= 0 || !py.IsInitialized() || !holds_gil())
     return n;
   np = capture_python(pyf, MAX_PY_FRAMES);
   if (!np)

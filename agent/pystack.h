@@ -8,7 +8,9 @@
  * Nothing links libpython: pystack_init looks the interpreter up with dlsym(RTLD_DEFAULT)
  * (the python executable, or a libpython loaded globally) and checks its version. Python
  * frames are read only through public C-API functions, and only on a thread that holds the
- * GIL (PyGILState_Check): the GIL then also serializes every writer of this module's tables.
+ * GIL (the thread state holding it is the thread's own, agent/pystack.c: not PyGILState_Check,
+ * which a subinterpreter turns off): the GIL then also serializes every writer of this module's
+ * tables. Free-threaded builds (no GIL) are reported once and get native stacks only.
  * A thread without the GIL (ctypes.CDLL calls and many extension modules release it around
  * C calls) gets its native stack only.
  *
@@ -19,7 +21,8 @@
  * it is a key.
  */
 
-/* 1 if a supported interpreter is present (re-checked lazily: Python may start later). */
+/* 1 if a supported interpreter is present. Looked up once, at the agent's init: an interpreter
+ * loaded later (a program that dlopens libpython after its first CUDA call) is not seen. */
 int pystack_init(void);
 
 /*

@@ -228,7 +228,8 @@ int symbolizer_sync(struct symbolizer *s)
   unsigned long long c[2] = {0, 0};
 
   dl_iterate_phdr(read_counters, c);
-  if (c[0] == s->adds && c[1] == s->subs)
+  /* Counters of 0: a loader without them, where any change may have happened. */
+  if (c[0] && c[0] == s->adds && c[1] == s->subs)
     return 0;
   refresh_modules(s);
   return 1;
@@ -406,11 +407,13 @@ int symbolizer_resolve(struct symbolizer *s, uint64_t frame, struct sym_frame *o
     out->python = 1;
     return pystack_resolve(frame, &out->function, &out->file, &out->line);
   }
+  /* Outside every known module: read the map again only if the loader changed it since. A
+   * frame in JIT code or anonymous memory is in no module, and reading the map (a pass over
+   * every module, each checked against the known ones) for each such frame made resolving
+   * them cost time quadratic in the number of modules. */
   mod = find_module(s, frame);
-  if (!mod) {
-    refresh_modules(s);
+  if (!mod && symbolizer_sync(s))
     mod = find_module(s, frame);
-  }
   if (!mod)
     return -ENOENT;
   out->module = mod->m.name;

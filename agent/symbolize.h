@@ -31,11 +31,12 @@ struct sym_module {
 /*
  * Never used on callback paths: the worker or the exit path creates one, resolves, frees it.
  * The module map comes from dl_iterate_phdr and is read again when an address falls outside
- * every known module (a library dlopened after the last read). Function names come from each
- * module's .symtab (static functions included) and .dynsym, read from the file on disk with
- * libelf the first time the module is needed (and from /usr/lib/debug/.build-id/ when the
- * file has no .symtab and a debug file exists). C++ and CUDA kernel names are demangled with
- * the C++ runtime's __cxa_demangle. Not thread-safe: one thread per symbolizer.
+ * every known module and the loader's dlopen/dlclose counters moved since the last read (a
+ * library dlopened since; a frame in JIT code does not read the map again). Function names come
+ * from each module's .symtab (static functions included) and .dynsym, read from the file on disk
+ * with libelf the first time the module is needed (and from /usr/lib/debug/.build-id/ when the file
+ * has no .symtab and a debug file exists). C++ and CUDA kernel names are demangled with the C++
+ * runtime's __cxa_demangle. Not thread-safe: one thread per symbolizer.
  */
 struct symbolizer;
 

@@ -206,6 +206,33 @@ def case_python(c, s):
              bytes=3 << 20, allocations=1)
 
 
+def case_python_subinterp(c, s):
+    st = s["stacks"]
+    no_agent_frames(c, st)
+    released = find(st["by_kernel_time"], "kernel", "py_released_kernel")
+    c.eq("py_released_kernel entries", len(released), 1)
+    for e in released:
+        c.eq("py_released_kernel launches", e["launches"], 1)
+        c.eq("py_released_kernel: Python frames of a thread without the GIL",
+             [f for f in e["frames"] if "file" in f], [])
+    held = find(st["by_kernel_time"], "kernel", "py_held_kernel")
+    c.eq("py_held_kernel entries", len(held), 1)
+    for e in held:
+        c.eq("py_held_kernel Python chain",
+             [f["function"] for f in e["frames"] if "file" in f],
+             ["launch", "launch_with_gil", "main", "<module>"])
+
+
+def case_fakepy(c, s, free_threaded=False):
+    st = s["stacks"]
+    es = find(st["by_kernel_time"], "kernel", "stk_kernel_fakepy")
+    c.eq("stk_kernel_fakepy entries", len(es), 1)
+    for e in es:
+        got = [(f["function"], f["file"], f["line"]) for f in e["frames"] if "file" in f]
+        c.eq("stk_kernel_fakepy Python frames", got,
+             [] if free_threaded else [("fake_python_function", "fake.py", 7)])
+
+
 CASES = {
     "native": case_native,
     "native_alloc": lambda c, s: case_native(c, s, alloc_only=True),
@@ -214,6 +241,9 @@ CASES = {
     "cpp": case_cpp,
     "sampling": case_sampling,
     "python": case_python,
+    "python_subinterp": case_python_subinterp,
+    "fakepy": case_fakepy,
+    "fakepy_free_threaded": lambda c, s: case_fakepy(c, s, free_threaded=True),
 }
 
 

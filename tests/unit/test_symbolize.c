@@ -62,9 +62,54 @@ static void test_demangle(void)
   symbolizer_free(s);
 }
 
+/* A library loaded after the symbolizer read the module map, found after a frame in no module
+ * (JIT code) was resolved: the map is read again because the loader's counters moved. */
+static void test_late_dlopen(void)
+{
+  /* Libraries Debian always has (apt, python3) and with one function named below. */
+  static const char *const candidates[] = {"libbz2.so.1", "liblzma.so.5", "libexpat.so.1", NULL};
+  struct symbolizer *s = symbolizer_new();
+  struct sym_frame f;
+  Dl_info info;
+  void *h = NULL, *fn = NULL;
+  size_t n_before, n_after;
+
+  symbolizer_modules(s, &n_before);
+  /* In no module: nothing to read again, the map is unchanged. */
+  CHECK_EQ(symbolizer_resolve(s, 0x10, &f), -ENOENT);
+  CHECK_EQ(symbolizer_sync(s), 0);
+  for (const char *const *c = candidates; *c && !h; c++) {
+    if ((h = dlopen(*c, RTLD_NOW | RTLD_NOLOAD)) != NULL) {
+      dlclose(h); /* already loaded: not a late one */
+      h = NULL;
+      continue;
+    }
+    h = dlopen(*c, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!h) {
+    fprintf(stderr, "test_late_dlopen: no library left to dlopen; skipped\n");
+    symbolizer_free(s);
+    return;
+  }
+  static const char *const functions[] = {"BZ2_bzCompressInit", "lzma_code", "XML_ParserCreate",
+                                          NULL};
+  for (const char *const *name = functions; *name && !fn; name++)
+    fn = dlsym(h, *name);
+  CHECK(fn != NULL);
+  CHECK(dladdr(fn, &info) != 0);
+  CHECK_EQ(symbolizer_resolve(s, (uint64_t)(uintptr_t)fn + 1, &f), 0);
+  CHECK(f.module && info.dli_fname && strstr(info.dli_fname, f.module));
+  CHECK_STR(f.function, info.dli_sname);
+  symbolizer_modules(s, &n_after);
+  CHECK_EQ(n_after, n_before + 1);
+  dlclose(h);
+  symbolizer_free(s);
+}
+
 int main(void)
 {
   RUN(test_own_functions);
+  RUN(test_late_dlopen);
   RUN(test_demangle);
   UNIT_EXIT();
 }
