@@ -657,10 +657,8 @@ static int describe(struct trace_writer *w, struct trace_track *t, const char *t
       ctr.has_unit = 1;
       ctr.unit = GPUPROF__PERFETTO__COUNTER_DESCRIPTOR__UNIT__UNIT_SIZE_BYTES;
       d.counter = &ctr;
-    } else if (t->b == UINT32_MAX) {
-      d.sibling_order_rank = INT32_MAX;
     } else {
-      d.sibling_order_rank = (int32_t)((t->b & 0x3fffffff) * 2 + (t->kind == TRACK_GPU_SYNC));
+      d.sibling_order_rank = trace_stream_rank(t->b, t->kind == TRACK_GPU_SYNC);
     }
     break;
   default:

@@ -129,6 +129,16 @@ static inline uint32_t trace_gpu_pid(uint32_t host_pid, uint32_t device)
 {
   return 0x40000000u | ((host_pid & 0x3fffffu) << 8) | (device & 0xffu);
 }
+/* The sort rank of a stream's track (sync = 0) or of its sync track (sync = 1) in its GPU
+ * process: each sync track right below its stream, context-wide waits (UINT32_MAX) last. An
+ * int32 in both encodings: stream ids from 2^30 on share the last rank (CUPTI's are small
+ * per-context counters in practice). */
+static inline int32_t trace_stream_rank(uint32_t stream, int sync)
+{
+  if (stream == UINT32_MAX)
+    return INT32_MAX;
+  return (int32_t)((stream < 0x3ffffffeu ? stream : 0x3ffffffeu) * 2 + (sync ? 1 : 0));
+}
 /* The tid of a stream's synchronization track inside the GPU process. */
 static inline uint32_t trace_sync_tid(uint32_t stream)
 {

@@ -240,11 +240,9 @@ static int json_describe(struct trace_writer *w, struct trace_track *t)
   case TRACK_HOST_THREAD:
     return json_name_event(w, t, name, len, 0, 0);
   case TRACK_GPU_STREAM:
-    return json_name_event(w, t, name, len, 1, (int64_t)t->b * 2);
+    return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 0));
   case TRACK_GPU_SYNC:
-    /* Each stream's sync track right below the stream; context-wide waits last. */
-    return json_name_event(w, t, name, len, 1,
-                           t->b == UINT32_MAX ? INT32_MAX : (int64_t)t->b * 2 + 1);
+    return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 1));
   default:
     return 0; /* counters are named by their events */
   }

@@ -12,6 +12,7 @@
 
 #include "export/json.h"
 #include "export/trace.h"
+#include "export/trace_internal.h"
 
 /*
  * trace_edge OUTDIR writes, for each format F in {json, json.gz, pftrace}:
@@ -188,6 +189,18 @@ static void refused_track(const char *dir, int f)
   EXPECT(trace_writer_close(w) == 0);
 }
 
+/* Sort ranks of stream tracks are int32 in both encodings (TrackDescriptor's
+ * sibling_order_rank): each sync track right below its stream, huge stream ids clamped. */
+static void stream_ranks(void)
+{
+  EXPECT(trace_stream_rank(7, 0) == 14);
+  EXPECT(trace_stream_rank(7, 1) == 15);
+  EXPECT(trace_stream_rank(8, 0) == 16);
+  EXPECT(trace_stream_rank(0x40000000u, 0) == 0x7ffffffc);
+  EXPECT(trace_stream_rank(0xfffffffeu, 1) == 0x7ffffffd);
+  EXPECT(trace_stream_rank(UINT32_MAX, 1) == INT32_MAX);
+}
+
 /* The cap reached while a new track is being described: -EFBIG like any other event. Runs
  * with padding of 0..63 bytes so that the cap falls on the describing event in some runs. */
 static void cap_at_new_track(const char *dir, int f)
@@ -316,6 +329,7 @@ int main(int argc, char **argv)
     return 2;
   }
   json_writer_utf8();
+  stream_ranks();
   for (int f = 0; f < 3; f++) {
     ties(argv[1], f);
     flowties(argv[1], f);
