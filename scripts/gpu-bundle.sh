@@ -10,6 +10,7 @@ usage() {
   cat <<USAGE
 usage: scripts/gpu-bundle.sh [--build DIR] [--no-build] [--out DIR] [--keep-debug]
        scripts/gpu-bundle.sh --check DIR
+       scripts/gpu-bundle.sh --sources
 
   --build DIR   build directory (default: build-bundle; RelWithDebInfo, samples for sm_90 + PTX)
   --no-build    pack DIR as it is (it must hold bin/gpuprof, lib/libgpuprof.so, samples/)
@@ -18,6 +19,8 @@ usage: scripts/gpu-bundle.sh [--build DIR] [--no-build] [--out DIR] [--keep-debu
   --check DIR   only check that DIR's programs and libraries load nothing from outside DIR
                 except the system libraries below; run it with the library path the programs
                 will run with. Exit 1 on a library missing or resolved outside the bundle.
+  --sources     print the fingerprint of the sources a bundle is built from (BUNDLE.txt's
+                "sources:" line, which gpu-verify.sh --bundle compares with its checkout)
 
 Left to the machine that runs the bundle: glibc (libc, libm, libdl, libpthread, librt, ld-linux),
 libstdc++, libgcc_s, and CUDA (libcuda.so.1 from the driver; libcudart.so.13, libcupti.so.13 and
@@ -75,6 +78,15 @@ check_bundle() {
   return $errors
 }
 
+# A fingerprint of what the programs are built from. The bundle runs against the checkout it
+# travels with (samples/expectations.json, the checker): gpu-verify.sh --bundle refuses a
+# bundle made from other sources, which would fail, or pass, on the device for no real reason.
+sources_hash() {
+  find CMakeLists.txt agent cupti export cli include cmake samples -type f \( -name '*.c' \
+    -o -name '*.h' -o -name '*.cu' -o -name '*.proto' -o -name CMakeLists.txt -o -name '*.cmake' \) \
+    -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+}
+
 build=build-bundle out=.gpu-bundle do_build=1 keep_debug=0
 while (($#)); do
   case $1 in
@@ -86,6 +98,7 @@ while (($#)); do
       [[ -d ${2:-} ]] || { echo "gpu-bundle: --check needs a bundle folder" >&2; exit 2; }
       check_bundle "$2" && echo "gpu-bundle: $2 is self-contained" && exit 0
       exit 1 ;;
+    --sources) sources_hash; exit 0 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-bundle: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -163,6 +176,7 @@ glibcxx_max=$(while IFS= read -r f; do objdump -T "$f"; done < <(bundle_elves "$
 {
   echo "gpuprof GPU bundle"
   echo "source: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "sources: $(sources_hash) (scripts/gpu-bundle.sh --sources)"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(sed -n 's/^PRETTY_NAME="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' /etc/os-release), $(ldd --version | head -n1)"
   echo "needs: ${glibc_max:-GLIBC_?} or newer, libstdc++ with ${glibcxx_max:-GLIBCXX_?}, an NVIDIA driver for CUDA 13, libcudart.so.13 and libcupti.so.13"
   # What nvcc was told to generate: sm_90 machine code and compute_90 PTX (newer GPUs JIT it).

@@ -11,7 +11,8 @@ usage() {
   cat <<USAGE
 usage: scripts/gpu-verify.sh [--simulator] [--build DIR] [--no-build] [--bundle DIR] [--work DIR]
                              [--samples a,b] [--modes continuous,capture,gpu-only]
-                             [--launches N] [--repeat K] [--require summary,pprof,trace] [-v]
+                             [--launches N] [--repeat K] [--require summary,pprof,trace]
+                             [--run-timeout S] [-v]
 
   --simulator  run on the simulated GPU (tests/fakegpu; no NVIDIA GPU needed, no overhead goal;
                NCCL and PyTorch samples are left out)
@@ -26,6 +27,7 @@ usage: scripts/gpu-verify.sh [--simulator] [--build DIR] [--no-build] [--bundle 
   --launches   launches of the overhead loop (default 200000; 20000 with --simulator)
   --repeat     overhead runs per side, medians compared (default 5; 0: no overhead run)
   --require    features whose missing outputs fail instead of reading N/A (default: all)
+  --run-timeout  seconds one sample run may take before it is killed and fails (default 120)
   -v           print every check, not only failures
 USAGE
 }
@@ -41,7 +43,7 @@ while (($#)); do
     --fakegpu) fakegpu=$2; shift ;;
     --work) work=$2; shift ;;
     --samples) pass+=("$1" "$2") samples_given=1; shift ;;
-    --modes|--launches|--repeat|--require) pass+=("$1" "$2"); shift ;;
+    --modes|--launches|--repeat|--require|--run-timeout) pass+=("$1" "$2"); shift ;;
     -v|--verbose) pass+=(-v) ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-verify: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -174,6 +176,16 @@ print(",".join(n for n in json.load(open(sys.argv[1]))["samples"] if n != "nccl_
   fi
   [[ -e $build/share/profile.desc ]] ||
     { echo "gpu-verify: MISSING: $build/share/profile.desc (rebuild the bundle: scripts/gpu-bundle.sh)" >&2; missing=1; }
+  # The programs come from the bundle, the expectations from this checkout: they must match.
+  made=$(sed -n 's/^sources: \([0-9a-f]*\).*/\1/p' "$build/BUNDLE.txt" 2>/dev/null | head -n1)
+  here=$(scripts/gpu-bundle.sh --sources)
+  if [[ $made == "$here" ]]; then
+    echo "gpu-verify: ok: the bundle was made from this checkout's sources ($here)"
+  else
+    echo "gpu-verify: MISSING: a bundle of this checkout: $build was made from other sources" \
+      "(${made:-no sources line in BUNDLE.txt}, here $here); re-run scripts/gpu-bundle.sh" >&2
+    missing=1
+  fi
   if check=$(scripts/gpu-bundle.sh --check "$build" 2>&1); then
     echo "gpu-verify: ok: every program and library of the bundle loads (ldd)"
   else

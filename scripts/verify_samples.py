@@ -6,6 +6,7 @@ library path); usable alone:
 
     verify_samples.py --build BUILD_DIR --work DIR [--simulator] [--samples a,b] [--modes m,n]
                       [--launches N] [--repeat K] [--require summary,pprof,trace] [--json FILE]
+                      [--run-timeout SECONDS]
 
 For every sample in samples/expectations.json and every mode it runs the sample with
 `gpuprof run` and checks the agent's outputs against the sample's stated properties:
@@ -47,8 +48,11 @@ Check kinds (fields of a check in expectations.json; numbers may be "{launches}"
 
 A result is PASS, FAIL, N/A (the agent produced no output of that kind at all: the feature is
 missing from this build; a failure when the feature is in --require) or SKIP (the sample cannot
-run here: one GPU for NCCL, no torch). Exit status: 0 when nothing failed, 1 otherwise, 2 on
-usage errors.
+run here: one GPU for NCCL, no torch; "skip_stdout" matches the line that says so). Off the
+simulator a skip whose line matches "skip_fails_on_gpu" fails instead (PyTorch finding no GPU
+where gpu-verify.sh found one), and skips are listed as not verified. A run that takes longer
+than --run-timeout (120 s) is killed and fails. Exit status: 0 when nothing failed, 1
+otherwise, 2 on usage errors.
 """
 
 import argparse
@@ -66,7 +70,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ("continuous", "capture", "gpu-only")
-RUN_TIMEOUT_S = 300  # a hang guard for one sample run, not a performance limit
+# A hang guard for one sample run, not a performance limit. A GPU session's command is killed
+# after 600 s: two hung runs must not use all of it before the table is printed.
+RUN_TIMEOUT_S = 120
 API_NAME = re.compile(r"^(cuda|cu[A-Z]|__cuda|nccl)")
 LOUD = "!!"
 
@@ -537,7 +543,7 @@ def verify_run(name, spec, mode, a, env_base, reader):
     os.makedirs(outdir)
     gpuprof = os.path.join(a.build, "bin", "gpuprof")
     argv = [gpuprof, "run", "--output", outdir, "--"] + sample_argv(spec, a)
-    rc, out, err, secs = run(argv, mode_env(mode, env_base, outdir))
+    rc, out, err, secs = run(argv, mode_env(mode, env_base, outdir), a.run_timeout)
     with open(os.path.join(outdir, "stdout.txt"), "w") as f:
         f.write(out)
     with open(os.path.join(outdir, "stderr.txt"), "w") as f:
@@ -545,6 +551,14 @@ def verify_run(name, spec, mode, a, env_base, reader):
     o = Outcome()
     if spec.get("skip_stdout") and re.search(spec["skip_stdout"], out, re.M) and rc == 0:
         line = next(l for l in out.splitlines() if re.search(spec["skip_stdout"], l))
+        # Some reasons to skip cannot hold on a GPU machine (gpu-verify.sh found one with
+        # nvidia-smi): there the agent or the library path broke CUDA in the process, which a
+        # SKIP would hide.
+        bad = spec.get("skip_fails_on_gpu")
+        if not a.simulator and bad and re.search(bad, line):
+            o.add("FAIL", f"skipped although this machine has a GPU: {line!r} (stderr.txt in "
+                  f"{outdir})")
+            return "FAIL", o, secs, line
         return "SKIP", o, secs, line
     o.eq("exit status", rc, 0)
     pat = spec.get("stdout_sim" if a.simulator else "stdout_gpu")
@@ -655,7 +669,7 @@ def overhead(a, env_base):
         for argv, env, into in (([prog, str(a.launches)], base_env, without),
                                 ([gpuprof, "run", "--output", outdir, "--", prog,
                                   str(a.launches)], with_env, with_)):
-            rc, out, err, _ = run(argv, env)
+            rc, out, err, _ = run(argv, env, a.run_timeout)
             ms = loop_ms(out)
             if rc != 0 or ms is None:
                 return {"error": f"launch_loop failed (exit {rc}): {err.strip()[-300:]}"}
@@ -680,9 +694,14 @@ def main(argv=None):
                     help="features whose absence fails (others are reported N/A)")
     ap.add_argument("--python", default="", help="python for the PyTorch sample")
     ap.add_argument("--expectations", default=os.path.join(ROOT, "samples", "expectations.json"))
-    ap.add_argument("--json", default="", help="write all results to this file")
+    ap.add_argument("--json", default="", help="write all results to this file (after every run)")
+    ap.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S,
+                    help="seconds one sample run may take before it is killed and fails")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every check")
     a = ap.parse_args(argv)
+    # Line by line even into a pipe (tee): a GPU session killed at its time limit keeps what
+    # was printed up to then.
+    sys.stdout.reconfigure(line_buffering=True)
     a.require = [x for x in a.require.split(",") if x]
     modes = [m for m in a.modes.split(",") if m]
     if any(m not in MODES for m in modes):
@@ -701,6 +720,14 @@ def main(argv=None):
     env_base = dict(os.environ)
 
     rows, results, failed = [], [], False
+
+    def save(ov=None):
+        if a.json:  # after every run too: a session killed midway keeps the results so far
+            with open(a.json + ".tmp", "w") as f:
+                json.dump({"simulator": a.simulator, "results": results, "overhead": ov}, f,
+                          indent=1)
+            os.replace(a.json + ".tmp", a.json)
+
     for n in names:
         for mode in modes:
             status, o, secs, note = verify_run(n, spec[n], mode, a, env_base, reader)
@@ -713,6 +740,7 @@ def main(argv=None):
                 if a.verbose or st in ("FAIL", "N/A", "INFO"):
                     mark = LOUD if st in ("FAIL", "N/A") else "  "
                     print(f"{mark} {n:14} {mode:10} {st:4}  {text}")
+            save()
 
     print()
     print(f"{'sample':15}{'mode':12}{'result':8}{'checks':>8}{'failed':>8}{'n/a':>6}{'seconds':>9}  note")
@@ -731,15 +759,19 @@ def main(argv=None):
             pct = ov["slowdown_pct"]
             verdict = "(simulated GPU: no goal)" if a.simulator else \
                 ("meets" if pct <= a.goal else "MISSES") + f" the goal of <= {a.goal:g}%"
+            # The ranges show the noise the medians stand against (a shared host, clocks).
             print(f"overhead: launch_loop {ov['launches']} launches, median of {ov['repeat']}: "
                   f"{ov['median_without_ms']:.2f} ms without the agent, {ov['median_with_ms']:.2f} ms "
-                  f"with it (continuous): {pct:+.2f}% {verdict}")
+                  f"with it (continuous): {pct:+.2f}% {verdict}; runs "
+                  f"{min(ov['without_ms']):.2f}..{max(ov['without_ms']):.2f} ms without, "
+                  f"{min(ov['with_ms']):.2f}..{max(ov['with_ms']):.2f} ms with")
     na = sorted({f"{r['sample']}/{r['mode']}" for r in results if r["status"] == "N/A"})
     if na:
         print(f"{LOUD} NOT VERIFIED (outputs this agent build does not produce): {', '.join(na)}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"simulator": a.simulator, "results": results, "overhead": ov}, f, indent=1)
+    skipped = sorted({f"{r['sample']} ({r['note']})" for r in results if r["status"] == "SKIP"})
+    if skipped and not a.simulator:
+        print(f"{LOUD} NOT VERIFIED (skipped on this machine): {', '.join(skipped)}")
+    save(ov)
     print("verify: " + ("FAILED" if failed else "passed" + (" (with N/A items)" if na else "")))
     return 1 if failed else 0
 

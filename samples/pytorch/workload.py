@@ -2,7 +2,8 @@
 """Sample: a small PyTorch workload with a training phase, a GPU memory leak and a kernel storm.
 
 Runs where torch and a CUDA GPU are present; otherwise prints why and exits 0, so the
-verification script can run it everywhere.
+verification script can run it everywhere. A torch that is installed but does not import (a
+shared library that does not load) is an error: one line on stderr, exit status 1.
 
 Phases (in this order, each a named function so that host stacks show it):
   train_phase      20 steps of a 3-layer MLP (batch 256, 1024 -> 4096 -> 4096 -> 10) with SGD:
@@ -70,9 +71,17 @@ def small_kernels(torch, device):
 def main():
     try:
         import torch
-    except ImportError:
-        print("workload: skipped: PyTorch is not installed")
+    except ModuleNotFoundError as e:
+        if e.name != "torch":  # torch is there but one of its own modules is not: broken
+            print(f"workload: PyTorch is installed but does not import: {e!r}", file=sys.stderr)
+            return 1
+        print(f"workload: skipped: PyTorch is not installed for {sys.executable}")
         return 0
+    except Exception as e:  # noqa: BLE001  a library that does not load, a version clash
+        # Installed but broken here (often the library path: a libcudart or libcupti other
+        # than its own): a failure to report, not a reason to skip.
+        print(f"workload: PyTorch is installed but does not import: {e!r}", file=sys.stderr)
+        return 1
     if not torch.cuda.is_available():
         print("workload: skipped: torch.cuda.is_available() is False (no GPU or no driver)")
         return 0

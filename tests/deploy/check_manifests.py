@@ -9,7 +9,8 @@ initContainer fills and every container mounts at the same path; CUDA_INJECTION6
 exactly where the initContainer copies libgpuprof.so (and where the Dockerfile's final stage
 keeps it); every GPUPROF_* variable is one the agent reads (agent/config.c's known_vars list);
 the output and run directories lie in the shared volume and a capture sidecar uses the
-workload's run directory; pod, namespace and node come from the downward API; the workload
+workload's run directory and is a native sidecar (an initContainer with restartPolicy: Always,
+so that the pod ends with its workload); pod, namespace and node come from the downward API; the workload
 asks for a GPU. For the Dockerfile: multi-stage, base images pinned by digest through ARGs,
 every COPY source exists in the repository, the CMake targets and options it uses exist, its
 apt packages are those of scripts/install-deps.sh (plus patchelf), and the final stage copies
@@ -152,11 +153,24 @@ def check_pod(path, known, payload_lib, payload_bin):
     if not check(len(vols) == 1, f"{name}: exactly one emptyDir volume"):
         return
     vol = vols[0]["name"]
-    inits = spec.get("initContainers", []) or []
+    all_inits = spec.get("initContainers", []) or []
+    # Native sidecars: initContainers with restartPolicy Always run beside the workload.
+    sidecars = [c for c in all_inits if c.get("restartPolicy") == "Always"]
+    inits = [c for c in all_inits if c.get("restartPolicy") != "Always"]
     containers = spec.get("containers", []) or []
-    if not check(len(inits) == 1, f"{name}: one initContainer"):
+    if not check(len(inits) == 1, f"{name}: one initContainer that runs to completion"):
         return
     init = inits[0]
+    check(all(all_inits.index(init) < all_inits.index(c) for c in sidecars),
+          f"{name}: the install initContainer comes before the sidecars")
+    for c in containers:
+        script = " ".join(c.get("command", []) + c.get("args", []))
+        # An ordinary container that loops for ever keeps the pod (and its GPU) after the
+        # workload exits.
+        check("gpuprof capture" not in script,
+              f"{name}: capture loop {c['name']} is a native sidecar (an initContainer with "
+              "restartPolicy: Always), not an ordinary container")
+    containers = containers + sidecars
     shared = mount_path(init, vol)
     check(shared, f"{name}: the initContainer mounts {vol}")
     for c in inits + containers:
@@ -228,6 +242,7 @@ def self_test():
         ("samples/kubernetes/pod.yaml", "- name: GPUPROF_WINDOW", "- name: GPUPROF_WINDOWS"),
         ("samples/kubernetes/pod.yaml", "fieldPath: spec.nodeName", "fieldPath: metadata.uid"),
         ("samples/kubernetes/pod-sidecar.yaml", "value: /gpuprof/run", "value: /tmp/run"),
+        ("samples/kubernetes/pod-sidecar.yaml", "      restartPolicy: Always\n", ""),
         ("samples/kubernetes/Dockerfile", "COPY cupti/ cupti/", "COPY cuptix/ cuptix/"),
         ("samples/kubernetes/Dockerfile", "--target gpuprof gpuprof_cli", "--target gpuprof gpuprof_cmd"),
     ]

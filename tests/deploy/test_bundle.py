@@ -7,8 +7,9 @@ Packs BUILD_DIR (no build) into BUILD_DIR/tests/deploy/bundle, then checks with 
 an empty environment, that every program and library of the bundle resolves everything outside
 glibc, libstdc++, libgcc_s and CUDA inside the bundle; that the bundled libraries are exactly
 the agent's dependencies beyond those; that RUNPATHs are $ORIGIN-relative; that the bundle's
-own --check fails when a library is taken out; and finally runs scripts/gpu-verify.sh
---simulator --bundle on two samples (the simulated GPU's libraries from BUILD_DIR/fakegpu/lib).
+own --check fails when a library is taken out; runs scripts/gpu-verify.sh --simulator
+--bundle on two samples (the simulated GPU's libraries from BUILD_DIR/fakegpu/lib); and that
+gpu-verify.sh refuses a bundle whose recorded sources differ from the checkout's.
 """
 
 import json
@@ -151,6 +152,28 @@ def main():
     if "pprof" in require.split(","):
         check(bool(pprof) and all(c["status"] == "PASS" for c in pprof),
               f"pprof checks ran through the bundle's profile.desc and passed: {len(pprof)}")
+
+    # A bundle made from other sources than the checkout it runs in (a sample or the agent
+    # changed after packing) is refused before anything runs on the device.
+    stale = out + "-stale"
+    shutil.rmtree(stale, ignore_errors=True)
+    shutil.copytree(out, stale, symlinks=True)
+    info = os.path.join(stale, "BUNDLE.txt")
+    with open(info) as f:
+        text = f.read()
+    check(re.search(r"^sources: [0-9a-f]{16} ", text, re.M) is not None,
+          "BUNDLE.txt records the sources' fingerprint")
+    with open(info, "w") as f:
+        f.write(re.sub(r"^sources: [0-9a-f]{16}", "sources: 0123456789abcdef", text, flags=re.M))
+    r = subprocess.run([os.path.join(src, "scripts", "gpu-verify.sh"), "--simulator", "--bundle",
+                        stale, "--fakegpu", os.path.join(build, "fakegpu", "lib"), "--samples",
+                        "streams", "--repeat", "0", "--work", work + "-stale"],
+                       env=env, capture_output=True, text=True)
+    check(r.returncode == 2 and "was made from other sources (0123456789abcdef" in r.stderr and
+          "nothing was run" in r.stderr,
+          f"gpu-verify.sh --bundle refuses a stale bundle (exit {r.returncode}: "
+          f"{r.stderr.strip().splitlines()[-2:]})")
+    shutil.rmtree(stale, ignore_errors=True)
 
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0

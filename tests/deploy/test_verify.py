@@ -7,6 +7,9 @@ Usage: test_verify.py BUILD_DIR
    wrong ones fail with a message naming the value.
 2. A real run of the streams and leak samples on the simulated GPU against expectations that
    are wrong by one (a kernel count, the leaked bytes): the checker exits 1 and names both.
+3. Runs that must not pass quietly on a GPU machine: a hung sample (killed after
+   --run-timeout), PyTorch skipping for want of a GPU; and samples/pytorch/workload.py with a
+   torch that is installed but does not import (an error, not a skip).
 """
 
 import json
@@ -122,10 +125,85 @@ def real_run(build):
                f"the wrong in-use bytes are not named:\n{out}")
 
 
+def run_workload(tmp, torch_init):
+    """samples/pytorch/workload.py with a stand-in torch package (torch_init: its __init__)."""
+    pkg = os.path.join(tmp, "torch")
+    os.makedirs(pkg, exist_ok=True)
+    with open(os.path.join(pkg, "__init__.py"), "w") as f:
+        f.write(torch_init)
+    env = dict(os.environ, PYTHONPATH=tmp)
+    return subprocess.run([sys.executable, os.path.join(ROOT, "samples", "pytorch", "workload.py")],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def workload_skips():
+    """A torch that is installed but does not load is an error, not "PyTorch is not installed"
+    (a skip, which the verification does not count as a failure)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run_workload(tmp, "raise OSError('libcudart.so.13: cannot open shared object file')\n")
+        expect(r.returncode == 1 and "skipped" not in r.stdout and
+               "PyTorch is installed but does not import" in r.stderr and
+               "libcudart.so.13" in r.stderr and "Traceback" not in r.stderr,
+               f"broken torch (OSError): exit {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run_workload(tmp, "import numpy_that_is_not_there\n")
+        expect(r.returncode == 1 and "skipped" not in r.stdout and
+               "numpy_that_is_not_there" in r.stderr,
+               f"broken torch (a module of its own missing): exit {r.returncode}, "
+               f"stdout {r.stdout!r}, stderr {r.stderr!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run_workload(tmp, "class cuda:\n    @staticmethod\n    def is_available():\n"
+                         "        return False\n")
+        expect(r.returncode == 0 and r.stdout.startswith(
+            "workload: skipped: torch.cuda.is_available() is False"),
+            f"torch without a GPU: exit {r.returncode}, stdout {r.stdout!r}")
+
+
+def hang_and_skip(build):
+    """Off the simulator: a hung sample is killed after --run-timeout and fails (with the
+    results so far in --json); PyTorch skipping for want of a GPU fails; PyTorch skipping for
+    want of torch is listed as not verified."""
+    why_gpu = "workload: skipped: torch.cuda.is_available() is False (no GPU or no driver)"
+    spec = {"samples": {
+        "hang": {"argv": ["/bin/sleep", "60"], "checks": []},
+        "nogpu": {"argv": ["/bin/echo", why_gpu], "skip_stdout": "^workload: skipped",
+                  "skip_fails_on_gpu": "is_available\\(\\) is False", "checks": []},
+        "notorch": {"argv": ["/bin/echo", "workload: skipped: PyTorch is not installed"],
+                    "skip_stdout": "^workload: skipped",
+                    "skip_fails_on_gpu": "is_available\\(\\) is False", "checks": []}}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "expectations.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        results = os.path.join(tmp, "results.json")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "verify_samples.py"),
+                            "--build", build, "--work", os.path.join(tmp, "work"),
+                            "--samples", "hang,nogpu,notorch", "--modes", "continuous",
+                            "--repeat", "0", "--require", "", "--run-timeout", "2",
+                            "--expectations", path, "--json", results],
+                           capture_output=True, text=True, timeout=50)
+        out = r.stdout + r.stderr
+        expect(r.returncode == 1, f"hang/skip run: exit status {r.returncode}, expected 1\n{out}")
+        expect("exit status: 'timeout', expected 0" in out, f"the hung run is not named:\n{out}")
+        expect(f"skipped although this machine has a GPU: {why_gpu!r}" in out,
+               f"PyTorch without a GPU on a GPU machine does not fail:\n{out}")
+        expect("NOT VERIFIED (skipped on this machine): notorch (workload: skipped: PyTorch is "
+               "not installed)" in out, f"the skip is not listed as not verified:\n{out}")
+        try:
+            with open(results) as f:
+                got = {x["sample"]: x["status"] for x in json.load(f)["results"]}
+        except (OSError, ValueError) as e:
+            got = repr(e)
+        expect(got == {"hang": "FAIL", "nogpu": "FAIL", "notorch": "SKIP"},
+               f"results.json: {got}")
+
+
 def main():
     synthetic()
+    workload_skips()
     if len(sys.argv) > 1:
         real_run(os.path.abspath(sys.argv[1]))
+        hang_and_skip(os.path.abspath(sys.argv[1]))
     for f in failures:
         print("FAIL:", f)
     print(f"test_verify: {len(failures)} failures")
