@@ -10,7 +10,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "agent/util/hash.h"
 #include "export/pyroscope.h"
 
 extern char **environ;
@@ -726,22 +725,19 @@ void config_load(struct config *cfg)
   load_duration("GPUPROF_FLUSH_INTERVAL", &cfg->flush_interval_ns, 1000000ull,
                 "a duration of at least 1ms (e.g. 500ms)");
 
-  /* The default covers the pool (config.h); rounded up to a power of two below. */
-  if (cfg->buffer_limit / CONFIG_CORR_RECORD_BYTES > cfg->corr_table_size)
-    cfg->corr_table_size = cfg->buffer_limit / CONFIG_CORR_RECORD_BYTES;
-  if (cfg->corr_table_size > CONFIG_MAX_CORR_TABLE_SIZE)
-    cfg->corr_table_size = CONFIG_MAX_CORR_TABLE_SIZE;
-  cfg->corr_table_size = hash_round_pow2(cfg->corr_table_size);
   v = env("GPUPROF_CORR_TABLE_SIZE");
   if (v) {
     uint64_t n;
-    if (config_parse_size(v, &n) || n < 1024 || n > CONFIG_MAX_CORR_TABLE_SIZE) {
+    if (config_parse_size(v, &n) || n < 1024 || n > (1ull << 24)) {
       char def[32], outcome[48];
       format_size(cfg->corr_table_size, def, sizeof(def));
       snprintf(outcome, sizeof(outcome), "using %s", def);
       bad_value("GPUPROF_CORR_TABLE_SIZE", v, "a number of entries between 1K and 16M", outcome);
     } else {
-      cfg->corr_table_size = hash_round_pow2(n);
+      uint64_t p = 1;
+      while (p < n)
+        p <<= 1;
+      cfg->corr_table_size = p;
     }
   }
 

@@ -93,12 +93,7 @@ struct config {
 #define CONFIG_DEFAULT_BUFFER_SIZE (4ull << 20)
 #define CONFIG_DEFAULT_BUFFER_LIMIT (64ull << 20)
 #define CONFIG_DEFAULT_FLUSH_INTERVAL_NS (500ull * 1000000ull)
-#define CONFIG_DEFAULT_CORR_TABLE_SIZE (1ull << 17) /* at least; see CONFIG_CORR_RECORD_BYTES */
-#define CONFIG_MAX_CORR_TABLE_SIZE (1ull << 24)
-/* Without GPUPROF_CORR_TABLE_SIZE the table holds as many calls as the buffer pool holds kernel
- * records (sizeof(CUpti_ActivityKernel10), asserted in cupti/decode.c): a record the pool can
- * still hold then always finds its call, however far the worker is behind. */
-#define CONFIG_CORR_RECORD_BYTES 216
+#define CONFIG_DEFAULT_CORR_TABLE_SIZE (1ull << 17)
 #define CONFIG_MIN_BUFFER_SIZE (64ull << 10)
 #define CONFIG_DEFAULT_STACK_DEPTH 64
 #define CONFIG_MAX_STACK_DEPTH 128

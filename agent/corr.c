@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "agent/config.h"
 #include "agent/util/hash.h"
 
 /* 56 bytes. All fields are atomics so that the seqlock reader races with nobody (TSan-clean);
@@ -79,8 +78,6 @@ struct corr_table {
 
 #define RELAXED memory_order_relaxed
 
-#define PREFAULT_BYTES ((size_t)CONFIG_DEFAULT_CORR_TABLE_SIZE * sizeof(struct corr_slot))
-
 struct corr_table *corr_table_new(size_t entries)
 {
   struct corr_table *t = calloc(1, sizeof(*t));
@@ -94,19 +91,17 @@ struct corr_table *corr_table_new(size_t entries)
   t->mask = (uint32_t)(t->size - 1);
   t->map_len = t->size * sizeof(struct corr_slot);
   /*
-   * Anonymous zeroed pages. CUPTI ids walk the ring from its start, and faulting a page in on
-   * an application thread costs a page fault every ~70 calls, so the first PREFAULT_BYTES
-   * (the first 128K calls) are populated now: a few milliseconds once, inside cuInit. A
-   * larger table (sized to cover the buffer pool, agent/config.h) is faulted in beyond that
-   * as the calls reach it, so that a process making few calls does not hold all of it.
+   * Anonymous zeroed pages, populated now: CUPTI ids walk the whole ring within the first
+   * `size` API calls anyway (seconds in any real workload), and faulting its pages in then
+   * costs the application thread a page fault every ~70 calls (about 1,800 in all for the
+   * default 7 MiB). At init it is a few milliseconds once, inside cuInit.
    */
-  mem = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  mem = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+             -1, 0);
   if (mem == MAP_FAILED) {
     free(t);
     return NULL;
   }
-  for (size_t off = 0; off < t->map_len && off < PREFAULT_BYTES; off += 4096)
-    ((volatile uint8_t *)mem)[off] = 0;
   t->slots = mem;
   return t;
 }

@@ -6,12 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/config.h"
 #include "agent/util/log.h"
 #include "cupti/loader.h"
-
-_Static_assert(sizeof(CUpti_ActivityKernel10) == CONFIG_CORR_RECORD_BYTES,
-               "the correlation table's default size assumes this record size (agent/config.h)");
 
 /* GPU records report 0 timestamps when CUPTI had no device buffer space to time them. */
 static void check_timing(struct event *ev)

@@ -101,39 +101,9 @@ static void test_defaults(void)
   CHECK_EQ(cfg.buffer_size, 4ull << 20);
   CHECK_EQ(cfg.buffer_limit, 64ull << 20);
   CHECK_EQ(cfg.flush_interval_ns, 500000000ull);
-  /* 64 MiB of pool / 216-byte kernel records = 310689 calls, rounded up. */
-  CHECK_EQ(cfg.corr_table_size, 1ull << 19);
+  CHECK_EQ(cfg.corr_table_size, 1ull << 17);
   CHECK_STR(cfg.cupti_path, "");
   CHECK_STR(cfg.summary_file, "");
-}
-
-/* Without GPUPROF_CORR_TABLE_SIZE the table covers the kernel records the pool holds. */
-static void test_corr_table_follows_pool(void)
-{
-  static const struct {
-    const char *limit;
-    uint64_t entries;
-  } cases[] = {
-      {"8M", 1ull << 17},  /* 38836 records: the 128K floor */
-      {"32M", 1ull << 18}, /* 155344 */
-      {"1G", 1ull << 23},  /* 4971026 */
-      {"64G", 1ull << 24}, /* the 16M cap */
-  };
-  struct config cfg;
-  char err[4096];
-
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    clear_gpuprof_env();
-    setenv("GPUPROF_BUFFER_LIMIT", cases[i].limit, 1);
-    load_capture(&cfg, err, sizeof(err));
-    CHECK_STR(err, "");
-    CHECK_EQ(cfg.corr_table_size, cases[i].entries);
-  }
-  /* Set explicitly, it wins. */
-  setenv("GPUPROF_CORR_TABLE_SIZE", "2K", 1);
-  load_capture(&cfg, err, sizeof(err));
-  CHECK_EQ(cfg.corr_table_size, 2048);
-  clear_gpuprof_env();
 }
 
 static void test_good_values(void)
@@ -239,7 +209,7 @@ static void test_bad_values(void)
             "using 500ms\n");
   check_bad("GPUPROF_CORR_TABLE_SIZE", "12",
             "gpuprof: GPUPROF_CORR_TABLE_SIZE='12' is not a number of entries between 1K and 16M; "
-            "using 512K\n");
+            "using 128K\n");
   check_bad("GPUPROF_WINDW", "30s",
             "gpuprof: GPUPROF_WINDW is not a gpuprof setting (did you mean GPUPROF_WINDOW?); "
             "ignoring it\n");
@@ -280,7 +250,6 @@ int main(void)
   RUN(test_durations);
   RUN(test_sizes_and_bools);
   RUN(test_defaults);
-  RUN(test_corr_table_follows_pool);
   RUN(test_good_values);
   RUN(test_bad_values);
   RUN(test_mode_off);
