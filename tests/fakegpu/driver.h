@@ -31,6 +31,10 @@ struct fg_stream {
   int legacy;                 /* the context's NULL stream */
   int per_thread;             /* a thread's per-thread default stream */
   uint64_t tail;              /* simulated completion time of the last op queued */
+  /* Completion times of the last FG_STREAM_QUEUE ops queued (a ring, `queued` in all): a
+   * launch waits while the op that many places back has not finished (fg_stream_wait_room). */
+  uint64_t queue_end[1024];
+  uint64_t queued;
   struct fg_graph *capture;   /* graph being captured, NULL when not capturing */
   uint64_t capture_id;
   struct fg_stream *next;
@@ -140,6 +144,13 @@ CUresult fg_stream_resolve(CUstream h, int ptsz, struct fg_stream **out);
  * returns the start, sets *end. */
 uint64_t fg_stream_schedule(struct fg_stream *s, uint64_t not_before, uint64_t dur_ns,
                             uint64_t *end);
+/* A real stream holds about a thousand pending launches; the next launch then blocks the host
+ * until one finishes (NVIDIA developer forum "CUDA stream are blocked when launch lots of
+ * kernels (>1000)"). Without that the simulated GPU could fall behind the host without bound,
+ * and records would reach a profiler far later than on hardware. Blocks the caller (no lock
+ * held) until s has room for one more op. */
+#define FG_STREAM_QUEUE 1024
+void fg_stream_wait_room(struct fg_stream *s);
 uint64_t fg_ctx_idle(const struct fg_ctx *ctx);        /* under fg_lock */
 void fg_stream_record(struct fg_stream *s, int dump);   /* STREAM activity record */
 void fg_context_record(struct fg_ctx *ctx);             /* CONTEXT activity record */

@@ -300,7 +300,24 @@ uint64_t fg_stream_schedule(struct fg_stream *s, uint64_t not_before, uint64_t d
     start = not_before;
   s->tail = start + dur_ns;
   *end = s->tail;
+  s->queue_end[s->queued++ % FG_STREAM_QUEUE] = s->tail;
   return start;
+}
+
+void fg_stream_wait_room(struct fg_stream *s)
+{
+  uint64_t until = 0, now;
+
+  pthread_mutex_lock(&fg_lock);
+  if (s->queued >= FG_STREAM_QUEUE)
+    until = s->queue_end[s->queued % FG_STREAM_QUEUE]; /* the oldest of the last 1024 */
+  pthread_mutex_unlock(&fg_lock);
+  now = fg_realtime_ns();
+  if (until > now) {
+    struct timespec ts = {(time_t)((until - now) / 1000000000ull),
+                          (long)((until - now) % 1000000000ull)};
+    nanosleep(&ts, NULL);
+  }
 }
 
 static struct fg_stream *per_thread_stream(struct fg_ctx *ctx)

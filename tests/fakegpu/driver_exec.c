@@ -255,10 +255,15 @@ static int spawn_host(CUhostFn fn, void *arg, uint64_t at)
 static CUresult submit(struct fg_stream *s, const struct fg_op *op, int async,
                        const struct fg_graph_ref *g, uint64_t *start_out, uint64_t *end)
 {
-  uint64_t now = fg_realtime_ns();
-  uint64_t start;
-  *start_out = now;
+  uint64_t now, start;
   int records = !g || g->node_records;
+
+  /* Graph nodes do not wait: a graph launch takes one place in the real queue, not one per
+   * node (its nodes still count as queued work). */
+  if (!g)
+    fg_stream_wait_room(s);
+  now = fg_realtime_ns();
+  *start_out = now;
   switch (op->type) {
   case FG_OP_KERNEL: {
     uint64_t dur = fg_kernel_duration(op->func, op);
