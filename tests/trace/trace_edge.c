@@ -69,8 +69,9 @@ static struct trace_writer *open_f(const char *dir, const char *stem, int f, uin
   return w;
 }
 
-static int kern(struct trace_writer *w, uint32_t stream, uint64_t s, uint64_t e, uint32_t corr,
-                const char *name)
+/* A kernel slice on device 0; flow_id != 0 ends the flow arrow of that id. */
+static int kern_flow(struct trace_writer *w, uint32_t stream, uint64_t s, uint64_t e, uint32_t corr,
+                     const char *name, uint64_t flow_id)
 {
   struct trace_gpu_slice g = {.kind = TRACE_GPU_KERNEL,
                               .start_ns = s,
@@ -78,24 +79,23 @@ static int kern(struct trace_writer *w, uint32_t stream, uint64_t s, uint64_t e,
                               .device = 0,
                               .stream = stream,
                               .corr_id = corr,
+                              .flow_id = flow_id,
                               .name = name};
   g.u.kernel.grid[0] = g.u.kernel.block[0] = 1;
   return trace_writer_gpu_slice(w, &g);
 }
 
+static int kern(struct trace_writer *w, uint32_t stream, uint64_t s, uint64_t e, uint32_t corr,
+                const char *name)
+{
+  return kern_flow(w, stream, s, e, corr, name, 0);
+}
+
+/* The same, ending the flow started by the API slice with correlation id corr. */
 static int flow_kern(struct trace_writer *w, uint32_t stream, uint64_t s, uint64_t e, uint32_t corr,
                      const char *name)
 {
-  struct trace_gpu_slice g = {.kind = TRACE_GPU_KERNEL,
-                              .start_ns = s,
-                              .end_ns = e,
-                              .device = 0,
-                              .stream = stream,
-                              .corr_id = corr,
-                              .flow_id = corr,
-                              .name = name};
-  g.u.kernel.grid[0] = g.u.kernel.block[0] = 1;
-  return trace_writer_gpu_slice(w, &g);
+  return kern_flow(w, stream, s, e, corr, name, corr);
 }
 
 /* Each pair: the second slice is written after the first and touches it. check_edge.py
