@@ -23,17 +23,21 @@
  * Whole events go into buf; buf is written (or deflated) only when the next event does not fit,
  * so every write(2) ends on an event boundary: a process killed between two writes leaves a file
  * that ends with a complete event. gzip output is sync-flushed at each of those points, so zcat
- * recovers everything written before a kill.
+ * recovers everything written before a kill. gzip output is deflated and written on a second
+ * thread (trace_out.c), one buffer behind the writer; trace_out_flush waits for it.
  */
+struct trace_gz;
+
 struct trace_out {
   int fd;
-  int err;
+  int err; /* sticky; a compressor error shows here from the writer's next call on */
   int gzip;
-  z_stream z;
+  z_stream z; /* gzip: the compressor thread's */
   char *buf;
   size_t len;
   unsigned char *zbuf;
-  uint64_t file_bytes; /* bytes handed to write(2) */
+  uint64_t file_bytes; /* bytes handed to write(2); gzip: as of the last flush or buffer swap */
+  struct trace_gz *gz; /* gzip: the compressor thread and the second buffer */
 };
 
 int trace_out_open(struct trace_out *o, const char *path, int gzip, int level);

@@ -1,7 +1,10 @@
-/* The trace writers' output: a bounded buffer over write(2), optionally gzip-deflated. */
+/* The trace writers' output: a bounded buffer over write(2), optionally gzip-deflated on a thread.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,20 +13,47 @@
 
 #define ZBUF_SIZE (64u * 1024u)
 
-static int write_all(struct trace_out *o, const void *data, size_t n)
+/*
+ * gzip output deflates on a second thread ("gpuprof-gz"): deflate costs several times what
+ * formatting does, and the writer runs on the agent's only worker thread, which must keep up
+ * with the application. Two buffers of TRACE_OUT_BUF: the writer fills one while the thread
+ * deflates (sync-flushed, as one job) and writes the other. Everything below `lock` is shared;
+ * the thread alone touches o->z, o->zbuf and `bytes` while a job runs, the writer alone
+ * touches o->buf, o->len, o->file_bytes, o->err and `inflight`.
+ *
+ * A fork child never writes a trace (a capture does not continue in a child, agent/capture.c),
+ * so nothing here is fork-aware: the child has no compressor thread to wait for.
+ */
+struct trace_gz {
+  pthread_t thread;
+  int started; /* the thread runs; 0: jobs run inline (no thread could be created) */
+  pthread_mutex_t lock;
+  pthread_cond_t work, done;
+  const char *job; /* the buffer being deflated while busy */
+  size_t job_len;
+  int job_flush; /* Z_SYNC_FLUSH or Z_FINISH */
+  int busy, quit;
+  int err;        /* sticky; also read without the lock (atomically) by the writer */
+  uint64_t bytes; /* bytes the thread handed to write(2) */
+
+  char *spare;     /* the writer's other buffer: the one in flight, or idle */
+  size_t inflight; /* writer's view: bytes handed over that may not be in the file yet */
+};
+
+static int write_all(int fd, const void *data, size_t n, uint64_t *bytes)
 {
   const char *p = data;
 
   while (n) {
-    ssize_t r = write(o->fd, p, n);
+    ssize_t r = write(fd, p, n);
     if (r < 0) {
       if (errno == EINTR)
         continue;
-      return o->err = -errno;
+      return -errno;
     }
     p += r;
     n -= (size_t)r;
-    o->file_bytes += (uint64_t)r;
+    *bytes += (uint64_t)r;
   }
   return 0;
 }
@@ -34,72 +64,228 @@ static int write_all(struct trace_out *o, const void *data, size_t n)
  * started, the end of a whole event (and of a sync-flushed gzip block), so that what was
  * written before stays loadable. The error stays sticky; nothing is written after it.
  */
-static int write_failed(struct trace_out *o, uint64_t boundary)
+static void write_failed(int fd, uint64_t *bytes, uint64_t boundary)
 {
-  if (o->file_bytes > boundary && ftruncate(o->fd, (off_t)boundary) == 0)
-    o->file_bytes = boundary;
+  if (*bytes > boundary && ftruncate(fd, (off_t)boundary) == 0)
+    *bytes = boundary;
+}
+
+/* Feeds data to deflate with `flush` and writes what comes out; on the compressor thread (or
+ * inline without one). */
+static int deflate_out(struct trace_out *o, const char *data, size_t len, int flush,
+                       uint64_t *bytes)
+{
+  uint64_t boundary = *bytes;
+  int rc;
+
+  o->z.next_in = (unsigned char *)data;
+  o->z.avail_in = (unsigned)len;
+  do {
+    int zrc;
+    o->z.next_out = o->zbuf;
+    o->z.avail_out = ZBUF_SIZE;
+    zrc = deflate(&o->z, flush);
+    if (zrc == Z_STREAM_ERROR)
+      return -EIO;
+    rc = write_all(o->fd, o->zbuf, ZBUF_SIZE - o->z.avail_out, bytes);
+    if (rc) {
+      write_failed(o->fd, bytes, boundary);
+      return rc;
+    }
+    if (flush == Z_FINISH && zrc == Z_STREAM_END)
+      break;
+  } while (o->z.avail_out == 0 || o->z.avail_in > 0 || flush == Z_FINISH);
+  return 0;
+}
+
+static void *gz_main(void *arg)
+{
+  struct trace_out *o = arg;
+  struct trace_gz *gz = o->gz;
+
+  pthread_mutex_lock(&gz->lock);
+  for (;;) {
+    while (!gz->busy && !gz->quit)
+      pthread_cond_wait(&gz->work, &gz->lock);
+    if (!gz->busy)
+      break;
+    if (!gz->err) {
+      const char *job = gz->job;
+      size_t len = gz->job_len;
+      int flush = gz->job_flush, rc;
+      uint64_t bytes = gz->bytes;
+
+      /* The writer does not touch the job's buffer, the stream or `bytes` until busy is 0. */
+      pthread_mutex_unlock(&gz->lock);
+      rc = deflate_out(o, job, len, flush, &bytes);
+      pthread_mutex_lock(&gz->lock);
+      gz->bytes = bytes;
+      if (rc)
+        __atomic_store_n(&gz->err, rc, __ATOMIC_RELAXED);
+    }
+    gz->busy = 0;
+    pthread_cond_signal(&gz->done);
+  }
+  pthread_mutex_unlock(&gz->lock);
+  return NULL;
+}
+
+/* Waits until the job in flight is in the file; picks up its error. 0 or the sticky error. */
+static int gz_wait(struct trace_out *o)
+{
+  struct trace_gz *gz = o->gz;
+  int err;
+
+  pthread_mutex_lock(&gz->lock);
+  while (gz->busy)
+    pthread_cond_wait(&gz->done, &gz->lock);
+  o->file_bytes = gz->bytes;
+  err = gz->err;
+  pthread_mutex_unlock(&gz->lock);
+  gz->inflight = 0;
+  if (err && !o->err)
+    o->err = err;
   return o->err;
+}
+
+/*
+ * Hands buf to the compressor as one job ending in `flush`, after the previous job is in the
+ * file. swap: go on in the other buffer without waiting for this job; else buf is free again
+ * when this returns (the job is done), with what lies past len untouched.
+ */
+static int gz_submit(struct trace_out *o, int flush, int swap)
+{
+  struct trace_gz *gz = o->gz;
+  char *job = o->buf;
+
+  if (gz_wait(o))
+    return o->err;
+  if (!gz->started) {
+    uint64_t bytes = o->file_bytes;
+    int rc = deflate_out(o, job, o->len, flush, &bytes);
+    gz->bytes = o->file_bytes = bytes;
+    if (rc)
+      return o->err = gz->err = rc;
+    o->len = 0;
+    return 0;
+  }
+  pthread_mutex_lock(&gz->lock);
+  gz->job = job;
+  gz->job_len = o->len;
+  gz->job_flush = flush;
+  gz->busy = 1;
+  pthread_cond_signal(&gz->work);
+  pthread_mutex_unlock(&gz->lock);
+  gz->inflight = o->len;
+  o->len = 0;
+  if (!swap)
+    return gz_wait(o);
+  o->buf = gz->spare;
+  gz->spare = job;
+  return 0;
+}
+
+static int gz_open(struct trace_out *o, int level)
+{
+  struct trace_gz *gz = calloc(1, sizeof(*gz));
+
+  if (!gz)
+    return -ENOMEM;
+  o->gz = gz;
+  pthread_mutex_init(&gz->lock, NULL);
+  pthread_cond_init(&gz->work, NULL);
+  pthread_cond_init(&gz->done, NULL);
+  gz->spare = malloc(TRACE_OUT_BUF);
+  o->zbuf = malloc(ZBUF_SIZE);
+  if (!gz->spare || !o->zbuf)
+    return -ENOMEM;
+  /* 16 + 15: a gzip wrapper around a 32 KiB-window deflate stream. */
+  if (deflateInit2(&o->z, level, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    return -ENOMEM;
+  o->gzip = 1;
+  return 0;
+}
+
+/* Starts the compressor with every signal blocked: the application's handlers must not run
+ * on it. Without a thread (none can be created) the writer deflates inline, as it is slower
+ * but correct. */
+static void gz_start(struct trace_out *o)
+{
+  struct trace_gz *gz = o->gz;
+  sigset_t all, old;
+
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  gz->started = pthread_create(&gz->thread, NULL, gz_main, o) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (gz->started)
+    pthread_setname_np(gz->thread, "gpuprof-gz");
+}
+
+static void gz_close(struct trace_out *o)
+{
+  struct trace_gz *gz = o->gz;
+
+  if (!gz)
+    return;
+  if (gz->started) {
+    pthread_mutex_lock(&gz->lock);
+    gz->quit = 1;
+    pthread_cond_signal(&gz->work);
+    pthread_mutex_unlock(&gz->lock);
+    pthread_join(gz->thread, NULL);
+  }
+  pthread_cond_destroy(&gz->work);
+  pthread_cond_destroy(&gz->done);
+  pthread_mutex_destroy(&gz->lock);
+  free(gz->spare);
+  free(gz);
+  o->gz = NULL;
 }
 
 int trace_out_open(struct trace_out *o, const char *path, int gzip, int level)
 {
+  int rc;
+
   memset(o, 0, sizeof(*o));
   o->fd = -1;
   o->buf = malloc(TRACE_OUT_BUF);
   if (!o->buf)
     return -ENOMEM;
   if (gzip) {
-    o->zbuf = malloc(ZBUF_SIZE);
-    if (!o->zbuf)
-      return -ENOMEM;
-    /* 16 + 15: a gzip wrapper around a 32 KiB-window deflate stream. */
-    if (deflateInit2(&o->z, level, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-      return -ENOMEM;
-    o->gzip = 1;
+    rc = gz_open(o, level);
+    if (rc)
+      return rc;
   }
   o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (o->fd < 0)
     return o->err = -errno;
-  return 0;
-}
-
-/* Feeds buf to deflate with `flush` and writes what comes out. */
-static int deflate_out(struct trace_out *o, int flush)
-{
-  uint64_t boundary = o->file_bytes;
-
-  o->z.next_in = (unsigned char *)o->buf;
-  o->z.avail_in = (unsigned)o->len;
-  do {
-    int rc;
-    o->z.next_out = o->zbuf;
-    o->z.avail_out = ZBUF_SIZE;
-    rc = deflate(&o->z, flush);
-    if (rc == Z_STREAM_ERROR)
-      return o->err = -EIO;
-    if (write_all(o, o->zbuf, ZBUF_SIZE - o->z.avail_out))
-      return write_failed(o, boundary);
-    if (flush == Z_FINISH && rc == Z_STREAM_END)
-      break;
-  } while (o->z.avail_out == 0 || o->z.avail_in > 0 || flush == Z_FINISH);
-  o->len = 0;
+  if (gzip)
+    gz_start(o);
   return 0;
 }
 
 int trace_out_flush(struct trace_out *o)
 {
   uint64_t boundary = o->file_bytes;
+  int rc;
 
   if (o->err)
     return o->err;
-  if (!o->len)
-    return 0;
-  if (o->gzip)
+  if (o->gzip) {
     /* A sync flush at every buffer keeps a killed capture readable with zcat up to here; it
      * costs a few bytes per 256 KiB. */
-    return deflate_out(o, Z_SYNC_FLUSH);
-  if (write_all(o, o->buf, o->len))
-    return write_failed(o, boundary);
+    if (!o->len)
+      return gz_wait(o);
+    return gz_submit(o, Z_SYNC_FLUSH, 0);
+  }
+  if (!o->len)
+    return 0;
+  rc = write_all(o->fd, o->buf, o->len, &o->file_bytes);
+  if (rc) {
+    write_failed(o->fd, &o->file_bytes, boundary);
+    return o->err = rc;
+  }
   o->len = 0;
   return 0;
 }
@@ -108,6 +294,16 @@ char *trace_out_reserve(struct trace_out *o, size_t n)
 {
   if (o->err)
     return NULL;
+  if (o->gzip) {
+    /* The compressor's error reaches the writer at its next event, not only at a flush. */
+    if (__atomic_load_n(&o->gz->err, __ATOMIC_RELAXED)) {
+      gz_wait(o);
+      return NULL;
+    }
+    if (o->len + n > TRACE_OUT_BUF && gz_submit(o, Z_SYNC_FLUSH, 1))
+      return NULL;
+    return o->buf + o->len;
+  }
   if (o->len + n > TRACE_OUT_BUF && trace_out_flush(o))
     return NULL;
   return o->buf + o->len;
@@ -128,11 +324,24 @@ int trace_out_write(struct trace_out *o, const void *data, size_t n)
   return 0;
 }
 
+/*
+ * What deflating n bytes with a sync flush can add to them: incompressible input goes out in
+ * stored blocks of at most 16 KiB (zlib's symbol buffer at memLevel 8), 5 bytes each, then
+ * the flush's empty block and, first, the gzip header.
+ */
+static uint64_t deflate_slack(size_t n)
+{
+  return (n >> 11) + 32;
+}
+
 uint64_t trace_out_size(const struct trace_out *o)
 {
-  /* After a sync flush deflate holds nothing back, so the buffered text is all that is
-   * unaccounted for; deflate never expands it by more than a few bytes per block. */
-  return o->file_bytes + o->len + (o->gzip ? 64 : 0);
+  /* After a sync flush deflate holds nothing back, so the buffered text and the buffer in
+   * flight (file_bytes is the size from before it) are all that is unaccounted for. */
+  if (!o->gzip)
+    return o->file_bytes + o->len;
+  return o->file_bytes + o->len + deflate_slack(o->len) +
+         (o->gz->inflight ? o->gz->inflight + deflate_slack(o->gz->inflight) : 0);
 }
 
 int trace_out_pwrite(struct trace_out *o, uint64_t off, const void *data, size_t n)
@@ -152,10 +361,12 @@ int trace_out_close(struct trace_out *o)
 
   if (!err) {
     if (o->gzip)
-      err = deflate_out(o, Z_FINISH);
+      err = gz_submit(o, Z_FINISH, 0);
     else
       err = trace_out_flush(o);
   }
+  /* Joins the compressor (after its job in flight, if an error came first). */
+  gz_close(o);
   if (o->gzip)
     deflateEnd(&o->z);
   if (o->fd >= 0 && close(o->fd) && !err)
