@@ -91,17 +91,19 @@ static void read_command(char *out, size_t len)
 
 /*
  * 1 when a process listens on path (another agent with our pid: a run directory shared
- * across pid namespaces), 0 when nothing does (a stale file, or none).
+ * across pid namespaces), 0 when nothing does (a stale file, or none). Non-blocking: this runs
+ * inside cuInit, and a connect to a listener whose backlog is full (a stopped process) would
+ * otherwise wait for it; EAGAIN means someone listens.
  */
 static int socket_is_live(const char *path)
 {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), live;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), live;
 
   if (fd < 0)
     return 0;
   snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-  live = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+  live = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 || errno == EAGAIN;
   close(fd);
   return live;
 }

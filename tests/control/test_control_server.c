@@ -438,6 +438,44 @@ static void test_socket_fuzz(void)
   fake_stop(NULL);
 }
 
+/* A listener with our pid that never accepts (a stopped process) and whose backlog is full:
+ * the agent's probe of it (inside cuInit) must not wait; it is a live socket, left alone. */
+static void test_full_backlog(void)
+{
+  char dir[512], path[600], err[512];
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int lfd, cfd[64], n = 0;
+  struct control_server *s;
+
+  snprintf(dir, sizeof(dir), "%s/backlog", tmpdir);
+  mkdir(dir, 0700);
+  snprintf(path, sizeof(path), "%s/gpuprof-%d.sock", dir, (int)getpid());
+  lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+  CHECK_EQ(listen(lfd, 0), 0);
+  /* Fill the backlog: non-blocking connects until one would wait. */
+  while (n < 64) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+      CHECK_EQ(errno, EAGAIN);
+      close(fd);
+      break;
+    }
+    cfd[n++] = fd;
+  }
+  CHECK(n < 64);
+  s = control_server_start(dir, &ops, 0, err, sizeof(err));
+  CHECK(s == NULL);
+  CHECK(strstr(err, "another process with pid") != NULL);
+  if (s)
+    control_server_stop(s);
+  while (n > 0)
+    close(cfd[--n]);
+  close(lfd);
+  unlink(path);
+}
+
 static void test_stale_and_conflicts(void)
 {
   char dir[512], path[600], err[512];
@@ -605,6 +643,7 @@ int main(void)
   RUN(test_silent_clients);
   RUN(test_socket_fuzz);
   RUN(test_stale_and_conflicts);
+  RUN(test_full_backlog);
   RUN(test_permission_denied);
   RUN(test_fork_child);
   cleanup(tmpdir);
