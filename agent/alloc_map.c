@@ -521,6 +521,21 @@ int alloc_map_vmm_unmap(struct alloc_map *m, uint64_t va, uint64_t size)
   return n;
 }
 
+/* The mapping whose range holds va, SIZE_MAX if none. cuMemRetainAllocationHandle takes any
+ * address inside a mapping; the table is keyed by start, so this scans it. Retains are rare
+ * (one per exported or freed segment), unlike the calls that key by start. */
+static size_t vmm_mapping_at(const struct alloc_map *m, uint64_t va)
+{
+  if (!m->n_maps)
+    return SIZE_MAX;
+  for (size_t i = 0; i < m->cap; i++) {
+    const struct slot *s = &m->slots[i];
+    if (s->space == SP(SPACE_VMM_MAP) && va >= s->key && va - s->key < s->size)
+      return i;
+  }
+  return SIZE_MAX;
+}
+
 int alloc_map_vmm_retain(struct alloc_map *m, uint64_t va)
 {
   size_t i;
@@ -529,7 +544,7 @@ int alloc_map_vmm_retain(struct alloc_map *m, uint64_t va)
 
   pthread_mutex_lock(&m->lock);
   i = probe(m, SP(SPACE_VMM_MAP), va);
-  if (!m->slots[i].space)
+  if (!m->slots[i].space && (i = vmm_mapping_at(m, va)) == SIZE_MAX)
     goto out;
   h = vmm_find_handle(m, m->slots[i].vmm.map.handle, m->slots[i].vmm.map.serial);
   if (h < 0)

@@ -84,9 +84,11 @@ int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
  */
 /* cuMemMap: [va, va + size) maps handle. 0, or -ENOENT (unknown handle) / -ENOSPC (full). */
 int alloc_map_vmm_map(struct alloc_map *m, uint64_t va, uint64_t size, uint64_t handle);
-/* cuMemUnmap: removes the mappings that start in [va, va + size). Returns how many. */
+/* cuMemUnmap: removes the mapping at va and those that follow it back to back inside
+ * [va, va + size) (CUDA unmaps whole mappings only). Returns how many. */
 int alloc_map_vmm_unmap(struct alloc_map *m, uint64_t va, uint64_t size);
-/* cuMemRetainAllocationHandle(addr): one more reference on the handle mapped at va. */
+/* cuMemRetainAllocationHandle(addr): one more reference on the handle mapped over va (any
+ * address inside a mapping, as in CUDA). 0, or -ENOENT (no mapping of a known handle there). */
 int alloc_map_vmm_retain(struct alloc_map *m, uint64_t va);
 /* cuMemRelease: one reference less. 0; -ENOENT for an unknown handle (an unknown free). */
 int alloc_map_vmm_release(struct alloc_map *m, uint64_t handle);

@@ -289,10 +289,81 @@ static void test_vmm_lifetimes(void)
   alloc_map_free(m);
 }
 
+/* cuMemRetainAllocationHandle takes any address inside a mapping, not only its start (CUDA's
+ * documentation says so): the reference must count, or the memory is accounted freed by the
+ * first of the two releases while the application still holds it. */
+static void test_vmm_retain_interior(void)
+{
+  struct alloc_map *m = alloc_map_new(0);
+  struct alloc_info in = info(4 << 20, 0, ALLOC_KIND_VMM);
+  struct alloc_map_stats st;
+
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x20, &in), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f4000000000, 2 << 20, 0x20), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f4000200000, 2 << 20, 0x20), 0);
+  /* Inside the second mapping; and one byte past both is not mapped. */
+  CHECK_EQ(alloc_map_vmm_retain(m, 0x7f4000300000), 0);
+  CHECK_EQ(alloc_map_vmm_retain(m, 0x7f4000400000), (unsigned long long)-ENOENT);
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f4000000000, 4 << 20), 2);
+  CHECK_EQ(alloc_map_vmm_release(m, 0x20), 0);
+  CHECK_EQ(in_use(m, 0), 4 << 20); /* the retained reference still holds it */
+  CHECK_EQ(alloc_map_vmm_release(m, 0x20), 0);
+  CHECK_EQ(in_use(m, 0), 0);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 0);
+  CHECK_EQ(st.unknown_frees, 0);
+
+  /* Released first (kept by its mapping), then retained through an inside address. */
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x20, &in), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f5000000000, 4 << 20, 0x20), 0);
+  CHECK_EQ(alloc_map_vmm_release(m, 0x20), 0);
+  CHECK_EQ(alloc_map_vmm_retain(m, 0x7f5000001000), 0);
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f5000000000, 4 << 20), 1);
+  CHECK_EQ(in_use(m, 0), 4 << 20);
+  CHECK_EQ(alloc_map_vmm_release(m, 0x20), 0);
+  CHECK_EQ(in_use(m, 0), 0);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 0);
+  CHECK_EQ(st.unknown_frees, 0);
+  alloc_map_free(m);
+}
+
+/* Many handles, each mapped and released (orphans keyed by serial), across several doublings of
+ * the table: each is still found by its mappings and freed by its unmap. */
+static void test_vmm_grow(void)
+{
+  struct alloc_map *m = alloc_map_new(0);
+  struct alloc_info in = info(1 << 20, 0, ALLOC_KIND_VMM);
+  struct alloc_map_stats st;
+  const uint64_t n = 5000;
+
+  for (uint64_t i = 0; i < n; i++) {
+    CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x1000 + i, &in), 0);
+    CHECK_EQ(alloc_map_vmm_map(m, 0x7e0000000000 + (i << 20), 1 << 20, 0x1000 + i), 0);
+    if (i % 2)
+      CHECK_EQ(alloc_map_vmm_release(m, 0x1000 + i), 0);
+  }
+  CHECK_EQ(in_use(m, 0), n << 20);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, n);
+  /* One unmap over all of them: contiguous mappings. */
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7e0000000000, n << 20), (unsigned long long)n);
+  CHECK_EQ(in_use(m, 0), (n / 2) << 20); /* the released half is gone */
+  for (uint64_t i = 0; i < n; i += 2)
+    CHECK_EQ(alloc_map_vmm_release(m, 0x1000 + i), 0);
+  CHECK_EQ(in_use(m, 0), 0);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 0);
+  CHECK_EQ(st.unknown_frees, 0);
+  alloc_map_free(m);
+}
+
 int main(void)
 {
   RUN(test_accounting);
   RUN(test_vmm_lifetimes);
+  RUN(test_vmm_retain_interior);
+  RUN(test_vmm_grow);
   RUN(test_window_groups);
   RUN(test_many);
   RUN(test_limit);
