@@ -19,6 +19,7 @@
 #include "agent/profiles.h"
 #include "agent/summary.h"
 #include "agent/uploader.h"
+#include "agent/util/files.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
 #include "agent/worker.h"
@@ -155,6 +156,9 @@ static void init_once_fn(void)
     log_warn("cannot register the exit handler; no summary will be written for pid %d",
              (int)init_pid);
   pthread_atfork(NULL, NULL, fork_child);
+  /* The name of this process's files, unique among the live processes writing there (two
+   * containers of a pod often both run pid 1): agent/util/files.h. */
+  files_claim_name(cfg.output_dir);
 
   if (cupti_loader_open(cfg.cupti_path, cfg.cupti_wheels_only, inactive_reason,
                         sizeof(inactive_reason))) {
@@ -301,6 +305,7 @@ void agent_shutdown(void)
      * final flush waits at most GPUPROF_EXIT_TIMEOUT (and returns at once without a URL). */
     uploader_stop(cfg.exit_timeout_ns);
     write_outputs(1);
+    files_release_name();
     /*
      * Workaround: with CUDA 13.0-13.1, libcupti unloaded at exit without cuptiFinalize can
      * crash the process (fixed in 13.2; PAPI does the same, icl-utk-edu/papi#594). Finalize
@@ -313,6 +318,7 @@ void agent_shutdown(void)
   case AGENT_INACTIVE:
     shutdown_done = 1;
     write_outputs(0);
+    files_release_name();
     set_state(AGENT_STOPPED);
     break;
   default:

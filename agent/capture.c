@@ -327,17 +327,16 @@ static enum trace_format to_trace_format(int f)
 static int make_path(const char *dir, enum trace_format f, uint64_t id, uint64_t now_ns, char *out,
                      size_t len)
 {
-  char host[256], stamp[32];
+  char name[320], stamp[32];
   int n;
 
-  files_hostname(host, sizeof(host));
+  files_name(name, sizeof(name));
   files_utc_stamp(now_ns, stamp, sizeof(stamp));
-  n = snprintf(out, len, "%s/gpuprof-%s-%d-%s-capture%s", dir, host, (int)getpid(), stamp,
-               trace_format_suffix(f));
+  n = snprintf(out, len, "%s/gpuprof-%s-%s-capture%s", dir, name, stamp, trace_format_suffix(f));
   if (n < 0 || (size_t)n >= len)
     return -ENAMETOOLONG;
   if (access(out, F_OK) == 0) {
-    n = snprintf(out, len, "%s/gpuprof-%s-%d-%s-capture-%llu%s", dir, host, (int)getpid(), stamp,
+    n = snprintf(out, len, "%s/gpuprof-%s-%s-capture-%llu%s", dir, name, stamp,
                  (unsigned long long)id, trace_format_suffix(f));
     if (n < 0 || (size_t)n >= len)
       return -ENAMETOOLONG;

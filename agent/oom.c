@@ -57,6 +57,7 @@ static uint64_t interval_ns;
 static char output_dir[CONFIG_PATH_MAX];
 static char host[256];
 static int pid;
+static char name[320]; /* the process's part of file names (files_name) */
 
 /* The one slot: an application thread takes it FREE -> FILLING (CAS), fills it and publishes
  * READY; the worker writes it and hands it back FREE. */
@@ -236,6 +237,7 @@ static void snapshot_write(struct oom_snapshot *s)
       .stacks = stacks,
       .host = host,
       .pid = pid,
+      .name = name,
       .origin_ns = s->ev.time_ns,
   };
   int n;
@@ -245,8 +247,8 @@ static void snapshot_write(struct oom_snapshot *s)
   format_bytes(s->device_in_use, in_use, sizeof(in_use));
   fmt_device(s->ev.device, dev, sizeof(dev));
   files_utc_stamp(s->ev.time_ns, stamp, sizeof(stamp));
-  n = snprintf(path, sizeof(path), "%s/gpuprof-%s-%d-gpu_memory_oom-%s.pb.gz", output_dir, host,
-               pid, stamp);
+  n = snprintf(path, sizeof(path), "%s/gpuprof-%s-gpu_memory_oom-%s.pb.gz", output_dir, name,
+               stamp);
   if (s->stackless || s->lost)
     snprintf(lost, sizeof(lost), " (%llu allocations without their stack, %llu left out)",
              (unsigned long long)s->stackless, (unsigned long long)s->lost);
@@ -331,6 +333,7 @@ int oom_start(const struct config *cfg, struct alloc_map *map, struct stack_tabl
   interval_ns = cfg->oom_interval_ns;
   snprintf(output_dir, sizeof(output_dir), "%s", cfg->output_dir);
   files_hostname(host, sizeof(host));
+  files_name(name, sizeof(name));
   pid = (int)getpid();
   /* Never freed: an application thread may be filling it while the process exits. */
   snap.slots = calloc(OOM_SLOTS, sizeof(*snap.slots));

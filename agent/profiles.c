@@ -103,6 +103,7 @@ struct profiles {
   struct profiles_options o;
   char output_dir[PATH_MAX];
   char host[256];
+  char name[320]; /* the process's part of file names */
   char exe[PATH_MAX];
   char stem[PATH_MAX]; /* o.file_stem's copy, "" without one */
   char path[PATH_MAX]; /* o.file_path's copy, "" without one */
@@ -617,8 +618,8 @@ static int write_file(struct profiles *p, int kind, uint64_t start, const uint8_
   else if (p->stem[0])
     n = snprintf(path, sizeof(path), "%s-%s.pb.gz", p->stem, kind_names[kind]);
   else
-    n = snprintf(path, sizeof(path), "%s/gpuprof-%s-%d-%s-%s.pb.gz", p->output_dir, p->host,
-                 p->o.pid, kind_names[kind], stamp);
+    n = snprintf(path, sizeof(path), "%s/gpuprof-%s-%s-%s.pb.gz", p->output_dir, p->name,
+                 kind_names[kind], stamp);
   if (n < 0 || (size_t)n >= sizeof(path) ||
       (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
     return -ENAMETOOLONG;
@@ -1015,6 +1016,11 @@ struct profiles *profiles_new(const struct profiles_options *o, uint64_t now_ns)
   snprintf(p->host, sizeof(p->host), "%s", o->host && o->host[0] ? o->host : "unknown");
   p->o.output_dir = p->output_dir;
   p->o.host = p->host;
+  if (o->name && o->name[0])
+    snprintf(p->name, sizeof(p->name), "%s", o->name);
+  else
+    snprintf(p->name, sizeof(p->name), "%s-%d", p->host, o->pid);
+  p->o.name = p->name;
   snprintf(p->stem, sizeof(p->stem), "%s", o->file_stem ? o->file_stem : "");
   p->o.file_stem = p->stem;
   snprintf(p->path, sizeof(p->path), "%s", o->file_path ? o->file_path : "");
@@ -1133,13 +1139,15 @@ int profiles_start(const struct config *cfg, struct alloc_map *allocs, struct st
       .pid = (int)getpid(),
   };
   struct worker_consumer c = {consumer_event, consumer_tick, NULL};
-  char host[256] = "";
+  char host[256] = "", name[320];
   int ret;
 
   if (!o.write_files && !o.upload)
     return 0;
   files_hostname(host, sizeof(host));
+  files_name(name, sizeof(name));
   o.host = host;
+  o.name = name;
   instance = profiles_new(&o, clock_realtime_ns());
   if (!instance) {
     log_warn("out of memory setting up the pprof windows; no profiles will be written");

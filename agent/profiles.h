@@ -33,6 +33,8 @@ struct profiles_options {
   size_t max_keys;            /* distinct (stack, leaf, device) per profile and window */
   const char *host;
   int pid;
+  /* The process's part of file names (files_name: "<host>-<pid>[.n]"); NULL: host-pid. */
+  const char *name;
   /* A capture's profiles (agent/capture.c): one window of window_ns from origin_ns instead of
    * wall-clock-aligned ones, and files named <file_stem>-<kind>.pb.gz. 0 / NULL: windows. */
   uint64_t origin_ns;

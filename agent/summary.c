@@ -328,11 +328,10 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
 
 static int default_path(const struct summary_input *in, char *path, size_t len)
 {
-  char host[256];
+  char name[320];
 
-  files_hostname(host, sizeof(host));
-  if ((size_t)snprintf(path, len, "%s/gpuprof-%s-%d-summary.json", in->cfg->output_dir, host,
-                       in->pid) >= len)
+  files_name(name, sizeof(name));
+  if ((size_t)snprintf(path, len, "%s/gpuprof-%s-summary.json", in->cfg->output_dir, name) >= len)
     return -ENAMETOOLONG;
   return 0;
 }
