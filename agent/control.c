@@ -108,19 +108,37 @@ static int socket_is_live(const char *path)
   return live;
 }
 
-/* Binds under a temporary name, restricts it to mode 0600, listens, then renames it into
- * place: a client never sees the final name before it is private and accepting. */
+/* Most agents with the same pid that one run directory serves (gpuprof-<pid>.sock, then
+ * gpuprof-<pid>.2.sock, ...): containers of one pod sharing the directory each have their own
+ * pid namespace, and their workloads are often all pid 1. */
+#define MAX_SAME_PID 16
+
+static int socket_name(char *buf, size_t len, const char *run_dir, int pid, int n)
+{
+  int r = n == 1 ? snprintf(buf, len, "%s/" CONTROL_SOCKET_PREFIX "%d" CONTROL_SOCKET_SUFFIX,
+                            run_dir, pid)
+                 : snprintf(buf, len, "%s/" CONTROL_SOCKET_PREFIX "%d.%d" CONTROL_SOCKET_SUFFIX,
+                            run_dir, pid, n);
+  return r < 0 || (size_t)r >= len ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * Binds under a temporary name, restricts it to mode 0600 and listens; then links it to the
+ * first free name and removes the temporary one: a client never sees the final name before it
+ * is private and accepting, and link() fails if another agent took the name meanwhile. A name
+ * held by a socket nobody listens on (a process that died) is taken over; a live one (another
+ * agent with our pid, from another pid namespace) is skipped.
+ */
 static int create_socket(struct control_server *s, const char *run_dir, char *err, size_t err_len)
 {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   struct stat sb;
-  int ret, n;
+  unsigned long long tag = clock_monotonic_ns() ^ ((unsigned long long)(uintptr_t)s << 16);
+  int ret, n, stale_tries = 0;
 
-  n = snprintf(s->path, sizeof(s->path), "%s/" CONTROL_SOCKET_PREFIX "%d" CONTROL_SOCKET_SUFFIX,
-               run_dir, (int)s->pid);
-  if (n < 0 || (size_t)n >= sizeof(s->path) ||
-      (size_t)snprintf(a.sun_path, sizeof(a.sun_path), "%s/.gpuprof-%d.tmp", run_dir,
-                       (int)s->pid) >= sizeof(a.sun_path)) {
+  if (socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, MAX_SAME_PID) ||
+      (size_t)snprintf(a.sun_path, sizeof(a.sun_path), "%s/.gpuprof-%d-%llx.tmp", run_dir,
+                       (int)s->pid, tag) >= sizeof(a.sun_path)) {
     snprintf(err, err_len,
              "GPUPROF_RUN_DIR=%s is too long for a socket path (at most %zu bytes in all); "
              "the control socket is disabled",
@@ -135,36 +153,65 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
              run_dir, strerror(-ret));
     return ret;
   }
-  if (lstat(s->path, &sb) == 0) {
-    if (!S_ISSOCK(sb.st_mode)) {
-      snprintf(err, err_len,
-               "%s exists and is not a socket; not replacing it: the control "
-               "socket is disabled (remove it or set GPUPROF_RUN_DIR)",
-               s->path);
-      return -EEXIST;
-    }
-    if (socket_is_live(s->path)) {
-      snprintf(err, err_len,
-               "another process with pid %d serves %s (GPUPROF_RUN_DIR shared across pid "
-               "namespaces?); give each its own GPUPROF_RUN_DIR. The control socket is disabled",
-               (int)s->pid, s->path);
-      return -EADDRINUSE;
-    }
-  }
   unlink(a.sun_path);
   s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&a, sizeof(a)) ||
-      chmod(a.sun_path, 0600) || listen(s->listen_fd, LISTEN_BACKLOG) ||
-      rename(a.sun_path, s->path) || stat(s->path, &sb)) {
+      chmod(a.sun_path, 0600) || listen(s->listen_fd, LISTEN_BACKLOG)) {
     ret = -errno;
-    snprintf(err, err_len, "cannot create the control socket %s in GPUPROF_RUN_DIR: %s", s->path,
+    snprintf(err, err_len, "cannot create the control socket in GPUPROF_RUN_DIR=%s: %s", run_dir,
              strerror(errno));
     unlink(a.sun_path);
     return ret;
   }
+  for (n = 1; n <= MAX_SAME_PID; n++) {
+    socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, n);
+    if (link(a.sun_path, s->path) == 0)
+      break;
+    if (errno != EEXIST) {
+      ret = -errno;
+      snprintf(err, err_len, "cannot create the control socket %s in GPUPROF_RUN_DIR: %s",
+               s->path, strerror(errno));
+      goto fail;
+    }
+    if (lstat(s->path, &sb) == 0 && !S_ISSOCK(sb.st_mode)) {
+      snprintf(err, err_len,
+               "%s exists and is not a socket; not replacing it: the control "
+               "socket is disabled (remove it or set GPUPROF_RUN_DIR)",
+               s->path);
+      ret = -EEXIST;
+      goto fail;
+    }
+    if (socket_is_live(s->path))
+      continue; /* another agent with our pid (another pid namespace) */
+    /* Stale: taken over, unless another agent is quicker (then link fails again). */
+    unlink(s->path);
+    if (++stale_tries < 8)
+      n--;
+  }
+  if (n > MAX_SAME_PID) {
+    snprintf(err, err_len,
+             "%d other processes with pid %d serve sockets in GPUPROF_RUN_DIR=%s (a directory "
+             "shared across pid namespaces); the control socket is disabled",
+             MAX_SAME_PID, (int)s->pid, run_dir);
+    ret = -EADDRINUSE;
+    goto fail;
+  }
+  unlink(a.sun_path);
+  if (stat(s->path, &sb)) {
+    ret = -errno;
+    snprintf(err, err_len, "cannot create the control socket %s in GPUPROF_RUN_DIR: %s", s->path,
+             strerror(errno));
+    return ret;
+  }
+  if (n > 1)
+    log_info("pid %d already has a control socket in %s (another pid namespace): this one is %s",
+             (int)s->pid, run_dir, s->path);
   s->dev = sb.st_dev;
   s->ino = sb.st_ino;
   return 0;
+fail:
+  unlink(a.sun_path);
+  return ret;
 }
 
 static uint64_t now_ms(void)

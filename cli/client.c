@@ -24,20 +24,31 @@ const char *client_run_dir(const char *opt)
   return env && *env ? env : CONTROL_DEFAULT_RUN_DIR;
 }
 
-/* The pid of a name "gpuprof-<pid>.sock", or -1. */
+/* The pid of a name "gpuprof-<pid>.sock" or "gpuprof-<pid>.<n>.sock" (a second agent with the
+ * same pid, from another pid namespace: agent/control.c), or -1. */
 static int socket_pid(const char *name)
 {
   size_t pl = strlen(CONTROL_SOCKET_PREFIX), sl = strlen(CONTROL_SOCKET_SUFFIX);
-  size_t n = strlen(name);
-  long pid = 0;
+  size_t n = strlen(name), i;
+  long pid = 0, nth = 0;
 
   if (n <= pl + sl || strncmp(name, CONTROL_SOCKET_PREFIX, pl) ||
       strcmp(name + n - sl, CONTROL_SOCKET_SUFFIX))
     return -1;
-  for (size_t i = pl; i < n - sl; i++) {
+  for (i = pl; i < n - sl && name[i] != '.'; i++) {
     if (name[i] < '0' || name[i] > '9' || pid > 99999999)
       return -1;
     pid = pid * 10 + (name[i] - '0');
+  }
+  if (i < n - sl) {
+    /* ".<n>", n >= 2 */
+    for (i++; i < n - sl; i++) {
+      if (name[i] < '0' || name[i] > '9' || nth > 999)
+        return -1;
+      nth = nth * 10 + (name[i] - '0');
+    }
+    if (nth < 2)
+      return -1;
   }
   return pid > 0 ? (int)pid : -1;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two workloads with the same pid (each pid 1 in its own pid namespace, as two containers of
-one pod) writing into one output directory: each gets its own file names
-(agent/util/files.h files_claim_name), nothing is overwritten, and the lock files go away at exit.
+one pod) sharing one output and one run directory: each gets its own file names
+(agent/util/files.h files_claim_name) and its own control socket (gpuprof-1.sock,
+gpuprof-1.2.sock), nothing is overwritten, and lock files and sockets go away at exit.
 Skips (exit 77) where `unshare --pid` is not permitted."""
 
 import glob
@@ -54,6 +55,30 @@ def main():
         if not wait_for(lambda: os.path.exists(lock), f"workload {i}'s claim {lock}"):
             failures.append(f"no lock file {lock}")
     time.sleep(0.3)  # both run side by side, launching
+    # Both serve a control socket in the shared run directory, each under its own name.
+    run_dir = os.environ["GPUPROF_RUN_DIR"]
+    for i, sock_name in enumerate(("gpuprof-1.sock", "gpuprof-1.2.sock")):
+        path = os.path.join(run_dir, sock_name)
+        if not wait_for(lambda: os.path.exists(path), f"socket {path}"):
+            failures.append(f"no socket {path}")
+            continue
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(5)
+        try:
+            c.connect(path)
+            c.sendall(b"GPUPROF/1 status\n\n")
+            reply = b""
+            while True:
+                part = c.recv(65536)
+                if not part:
+                    break
+                reply += part
+        finally:
+            c.close()
+        # Each socket is its own process's (started in order): its command names its stop file.
+        if (not reply.startswith(b"GPUPROF/1 ok\n") or b"\npid=1\n" not in reply
+                or f"stop{i} 30".encode() not in reply):
+            failures.append(f"{sock_name}: status reply {reply[:200]!r}")
     for p, stop in procs:
         open(stop, "w").close()
     for i, (p, _) in enumerate(procs):
@@ -75,6 +100,7 @@ def main():
         if len(glob.glob(os.path.join(out, f"gpuprof-{name}-gpu_time-*.pb.gz"))) != 1:
             failures.append(f"not one gpu_time profile named gpuprof-{name}-gpu_time-*")
     left = glob.glob(os.path.join(out, ".gpuprof-*.lock"))
+    left += glob.glob(os.path.join(os.environ["GPUPROF_RUN_DIR"], "*gpuprof-*"))
     if left:
         failures.append(f"lock files left after exit: {left}")
     for f in failures:
