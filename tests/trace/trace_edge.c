@@ -13,6 +13,7 @@
 #include "export/json.h"
 #include "export/trace.h"
 #include "export/trace_internal.h"
+#include "tests/trace/expect.h"
 
 /*
  * trace_edge OUTDIR writes, for each format F in {json, json.gz, pftrace}:
@@ -29,16 +30,6 @@
 
 #define BASE 1700000000000000000ull
 #define PID 4242u
-
-static int failures;
-
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond);                            \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 
 static const char *const suffixes[] = {".json", ".json.gz", ".pftrace"};
 static const enum trace_format formats[] = {TRACE_FORMAT_JSON, TRACE_FORMAT_JSON_GZ,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "export/trace.h"
+#include "tests/trace/expect.h"
 
 /*
  * trace_fixture OUTDIR writes, for each format F in {json, json.gz, pftrace}:
@@ -28,15 +29,6 @@
 #define NKERNELS 40
 
 static FILE *logf; /* NULL except for the first format */
-static int failures;
-
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond);                            \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 
 static const char *const kernel_names[] = {"_Z10sgemm_128x64PfS_S_i", "elementwise_add",
                                            "reduce<float, 256>", "weird\"name\\with\tctl",

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "export/trace_internal.h"
+#include "tests/trace/expect.h"
 
 /*
  * trace_gzthread DIR: drives trace_out (the buffered, optionally deflated output under every
@@ -28,16 +29,6 @@
  *     with -EFBIG, and the file is cut back to a sync-flushed prefix of the data.
  * Exit status 1 if a check failed.
  */
-
-static int failures;
-
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond);                            \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 
 #define DATA_MAX (6u << 20)
 
