@@ -133,12 +133,15 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
 {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   struct stat sb;
-  unsigned long long tag = clock_monotonic_ns() ^ ((unsigned long long)(uintptr_t)s << 16);
+  /* The temporary name must differ from that of an agent with our pid in another namespace
+   * binding at the same moment, and be no longer than the final name (socket paths are
+   * short): ".gp<pid>.<16 bits>". */
+  unsigned tag = (unsigned)((clock_monotonic_ns() >> 10) ^ (uintptr_t)s) & 0xffffu;
   int ret, n, stale_tries = 0;
 
-  if (socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, MAX_SAME_PID) ||
-      (size_t)snprintf(a.sun_path, sizeof(a.sun_path), "%s/.gpuprof-%d-%llx.tmp", run_dir,
-                       (int)s->pid, tag) >= sizeof(a.sun_path)) {
+  if (socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, 1) ||
+      (size_t)snprintf(a.sun_path, sizeof(a.sun_path), "%s/.gp%d.%04x", run_dir, (int)s->pid,
+                       tag) >= sizeof(a.sun_path)) {
     snprintf(err, err_len,
              "GPUPROF_RUN_DIR=%s is too long for a socket path (at most %zu bytes in all); "
              "the control socket is disabled",
@@ -164,7 +167,14 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
     return ret;
   }
   for (n = 1; n <= MAX_SAME_PID; n++) {
-    socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, n);
+    if (socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, n)) {
+      snprintf(err, err_len,
+               "GPUPROF_RUN_DIR=%s is too long for socket %d of pid %d (other processes with "
+               "this pid serve the shorter names); the control socket is disabled",
+               run_dir, n, (int)s->pid);
+      ret = -ENAMETOOLONG;
+      goto fail;
+    }
     if (link(a.sun_path, s->path) == 0)
       break;
     if (errno != EEXIST) {
