@@ -574,6 +574,48 @@ def check_capped(path, proto, protoc, stats):
         check(summary["slices"] > 500, f"{path}: only {summary['slices']} slices")
 
 
+def check_repaired_gz(path, outdir, min_slices, start=None):
+    """A .json.gz whose stream has no end (killed, or a failed write): what its sync-flushed
+    blocks hold, closed with "]}", must validate (but for the missing metadata object) and keep
+    more than min_slices slices. Returns the decompressor (its unused_data for the caller) and
+    the validator's summary of the repaired file (None: not loadable)."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    text = d.decompress(open(path, "rb").read())
+    if start is not None:
+        check(text.startswith(start), f"{path}: unexpected start")
+    repaired = os.path.join(outdir, os.path.basename(path) + "-repaired.json")
+    with open(repaired, "wb") as f:
+        f.write(text.rstrip().rstrip(b",") + b"\n]}")
+    rep = validate_trace.Report()
+    summary = validate_trace.validate(repaired, rep)
+    # The repaired object has no metadata object: that is the one expected error.
+    for e in rep.errors:
+        if "metadata" not in e:
+            fail(f"{repaired}: validator: {e}")
+    if summary:
+        check(summary["slices"] > min_slices, f"{repaired}: only {summary['slices']} slices")
+    return d, summary
+
+
+def run_writer_program(flag):
+    """Parses --<flag> PROGRAM --outdir --proto [--protoc], runs PROGRAM OUTDIR in a fresh
+    OUTDIR and checks its exit status; returns the arguments (protoc None when not found)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--" + flag, required=True)
+    ap.add_argument("--outdir", required=True)
+    ap.add_argument("--proto", required=True)
+    ap.add_argument("--protoc", default="protoc")
+    a = ap.parse_args()
+    if not a.protoc or a.protoc.endswith("NOTFOUND"):
+        a.protoc = shutil.which("protoc")
+    shutil.rmtree(a.outdir, ignore_errors=True)
+    os.makedirs(a.outdir)
+    prog = getattr(a, flag)
+    r = subprocess.run([prog, a.outdir])
+    check(r.returncode == 0, f"{os.path.basename(prog)} exited {r.returncode}")
+    return a
+
+
 def check_killed(path, proto, protoc, outdir):
     if path.endswith(".pftrace"):
         trace = decode_pftrace(path, proto, protoc)
@@ -583,21 +625,7 @@ def check_killed(path, proto, protoc, outdir):
             check(n > 1000, f"{path}: only {n} slices survived the kill")
         return
     if path.endswith(".gz"):
-        # The gzip stream has no end: decompress what is there (sync-flushed blocks).
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        text = d.decompress(open(path, "rb").read())
-        check(text.startswith(b'{"traceEvents":['), f"{path}: unexpected start")
-        repaired = os.path.join(outdir, "killed-repaired.json")
-        with open(repaired, "wb") as f:
-            f.write(text.rstrip().rstrip(b",") + b"\n]}")
-        rep = validate_trace.Report()
-        summary = validate_trace.validate(repaired, rep)
-        # The repaired object has no metadata object: that is the one expected error.
-        errs = [e for e in rep.errors if "metadata" not in e]
-        for e in errs:
-            fail(f"{repaired}: validator: {e}")
-        if summary:
-            check(summary["slices"] > 1000, f"{repaired}: only {summary['slices']} slices")
+        check_repaired_gz(path, outdir, 1000, start=b'{"traceEvents":[')
         return
     rep = validate_trace.Report()
     summary = validate_trace.validate(path, rep)
@@ -612,18 +640,7 @@ def check_killed(path, proto, protoc, outdir):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--fixture", required=True)
-    ap.add_argument("--outdir", required=True)
-    ap.add_argument("--proto", required=True)
-    ap.add_argument("--protoc", default="protoc")
-    a = ap.parse_args()
-    if not a.protoc or a.protoc.endswith("NOTFOUND"):
-        a.protoc = shutil.which("protoc")
-    shutil.rmtree(a.outdir, ignore_errors=True)
-    os.makedirs(a.outdir)
-    r = subprocess.run([a.fixture, a.outdir])
-    check(r.returncode == 0, f"trace_fixture exited {r.returncode}")
+    a = run_writer_program("fixture")
     log = [json.loads(l) for l in open(os.path.join(a.outdir, "fixture.log"))]
     stats = {os.path.basename(e["file"]): e for e in log if e["type"] == "stats"}
 
