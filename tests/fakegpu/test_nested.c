@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cupti.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ struct ev {
   CUpti_ApiCallbackSite site;
   uint32_t cbid;
   uint32_t corr;
+  CUcontext ctx;
   char name[48];
 };
 
@@ -49,10 +51,17 @@ static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain domain, CUpti_Ca
   const CUpti_CallbackData *d = data;
 
   (void)ud;
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED &&
+      g_nev < MAX_EV) {
+    const CUpti_ResourceData *rd = data;
+    g_ev[g_nev] = (struct ev){domain, CUPTI_API_ENTER, cbid, 0, rd->context, "CONTEXT_CREATED"};
+    g_nev++;
+    return;
+  }
   if ((domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) ||
       g_nev >= MAX_EV)
     return;
-  g_ev[g_nev] = (struct ev){domain, d->callbackSite, cbid, d->correlationId, ""};
+  g_ev[g_nev] = (struct ev){domain, d->callbackSite, cbid, d->correlationId, d->context, ""};
   snprintf(g_ev[g_nev].name, sizeof(g_ev[g_nev].name), "%s", d->functionName);
   g_nev++;
 }
@@ -324,6 +333,60 @@ static void run_mode(unsigned mode)
   }
 }
 
+/* A thread's first runtime call binds the primary context inside the call: context NULL at
+ * ENTER, the primary context at EXIT, its CONTEXT_CREATED in between the first time
+ * (cupti_callbacks.h, CUpti_CallbackData.context; cupti.md 3.3, 6.4). */
+static void *first_call_thread(void *arg)
+{
+  void *p = NULL;
+  RT(cudaMalloc(&p, 256));
+  RT(cudaFree(p));
+  return arg;
+}
+
+static void check_lazy_context(void)
+{
+  pthread_t t;
+  CUcontext primary;
+  int i, j, created = -1;
+
+  g_nev = 0;
+  RT(cudaFree(NULL));
+  i = rt_enter(CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, 0);
+  j = i >= 0 ? exit_of(i) : -1;
+  for (int k = 0; k < g_nev; k++)
+    if (g_ev[k].domain == CUPTI_CB_DOMAIN_RESOURCE)
+      created = k;
+  CHECK(i >= 0 && j > i, "first cudaFree: no ENTER/EXIT");
+  if (i < 0 || j < 0)
+    return;
+  primary = g_ev[j].ctx;
+  CHECK(g_ev[i].ctx == NULL, "first call's ENTER has context %p, want NULL", (void *)g_ev[i].ctx);
+  CHECK(primary != NULL, "first call's EXIT has no context");
+  CHECK(created > i && created < j && g_ev[created].ctx == primary,
+        "CONTEXT_CREATED at %d (ctx %p), want between ENTER %d and EXIT %d of the first call",
+        created, created >= 0 ? (void *)g_ev[created].ctx : NULL, i, j);
+
+  /* Another thread: the context exists, but is not current there before its first call. */
+  g_nev = 0;
+  CHECK(pthread_create(&t, NULL, first_call_thread, NULL) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  i = rt_enter(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, 0);
+  j = i >= 0 ? exit_of(i) : -1;
+  CHECK(i >= 0 && j > i, "thread's cudaMalloc: no ENTER/EXIT");
+  if (i >= 0 && j > i)
+    CHECK(g_ev[i].ctx == NULL && g_ev[j].ctx == primary,
+          "thread's first call: context %p at ENTER, %p at EXIT; want NULL, %p",
+          (void *)g_ev[i].ctx, (void *)g_ev[j].ctx, (void *)primary);
+  for (int k = 0; k < g_nev; k++)
+    CHECK(g_ev[k].domain != CUPTI_CB_DOMAIN_RESOURCE, "a second CONTEXT_CREATED");
+  i = rt_enter(CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, 0);
+  if (i >= 0)
+    CHECK(g_ev[i].ctx == primary, "the thread's second call: context %p at ENTER, want %p",
+          (void *)g_ev[i].ctx, (void *)primary);
+  g_nev = 0;
+}
+
 int main(void)
 {
   static const unsigned modes[] = {0, FAKEGPU_NESTED_DRIVER, FAKEGPU_NESTED_RUNTIME,
@@ -352,8 +415,10 @@ int main(void)
   }
   cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
   cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API);
+  cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
   for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
     cuptiActivityEnable(kinds[k]);
+  check_lazy_context();
   for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
     run_mode(modes[m]);
   cuptiFinalize();

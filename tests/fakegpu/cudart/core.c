@@ -140,6 +140,14 @@ cudaError_t rt_begin(struct rt_call *c, enum rt_need need, uint32_t cbid, const 
     if (driver_init_result != CUDA_SUCCESS)
       return rt_error_from_driver(driver_init_result);
   }
+  fakegpu_runtime_enter(cbid, fname, params, symbol);
+  fakegpu_internal_begin();
+  c->entered = 1;
+  /* The context is bound inside the call, after the ENTER callback: a thread's first call sees
+   * context NULL at ENTER and the primary context at EXIT, with CONTEXT_CREATED in between
+   * when it is new ("can change from the entry to exit callback of a runtime API function if
+   * the runtime initializes a context", cupti_callbacks.h). One internal level deeper than
+   * the call's own driver work, so nested mode does not report the binding. */
   if (need == RT_NEED_CONTEXT) {
     fakegpu_internal_begin();
     CUresult r = bind_context();
@@ -147,9 +155,6 @@ cudaError_t rt_begin(struct rt_call *c, enum rt_need need, uint32_t cbid, const 
     if (r != CUDA_SUCCESS)
       return rt_error_from_driver(r);
   }
-  fakegpu_runtime_enter(cbid, fname, params, symbol);
-  fakegpu_internal_begin();
-  c->entered = 1;
   return cudaSuccess;
 }
 

@@ -119,10 +119,12 @@ struct rt_call {
   int entered;
 };
 
-/* Lazily initialises what `need` says (outside any callback, as the real runtime does before
- * its API tracing point), then enters the RUNTIME callback and brackets the driver calls that
- * follow so that they produce records but no DRIVER callbacks. On an initialisation error
- * returns it and enters nothing; rt_end then only records it. */
+/* Starts the driver if `need` says so (before any callback: cuInit runs the injection), enters
+ * the RUNTIME callback, brackets the driver calls that follow so that they produce records but
+ * no DRIVER callbacks, then binds the current device's primary context (RT_NEED_CONTEXT; inside
+ * the call, as the real runtime does: context NULL at a thread's first ENTER). On a driver
+ * start error returns it and enters nothing (rt_end then only records it); on a binding error
+ * returns it with the call entered (rt_end delivers EXIT). */
 cudaError_t rt_begin(struct rt_call *c, enum rt_need need, uint32_t cbid, const char *fname,
                      const void *params, const char *symbol);
 /* Leaves the call: maps `r`, remembers it as the thread's last error, delivers EXIT. */
