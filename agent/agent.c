@@ -120,12 +120,8 @@ static void ctl_describe(void *arg, struct control_info *out)
   (void)arg;
   out->mode = config_mode_name(cfg.mode);
   out->state = agent_is_active() ? "active" : "stopping";
-  /* The devices this process made a context on (context ids start at 1). */
-  for (uint32_t c = 1; c < CTX_MAP_SLOTS; c++) {
-    int32_t d = ctx_map_get(c);
-    if (d >= 0 && d < 64)
-      seen |= 1ull << d;
-  }
+  /* The devices of this process's contexts (the most recent CTX_MAP_SLOTS of them). */
+  seen = ctx_map_devices();
   out->gpus[0] = '\0';
   for (int d = 0; d < 64; d++)
     if (seen & (1ull << d))

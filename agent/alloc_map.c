@@ -498,19 +498,40 @@ out:
   return ret;
 }
 
+/* The lowest start of a mapping in (from, end), or 0 if none. The table is keyed by start, so
+ * this scans it; only an unmapped gap inside an unmap's range (or a range the agent never saw
+ * mapped) gets here, never the usual unmap of one mapping or of back-to-back ones. */
+static uint64_t vmm_next_mapping(const struct alloc_map *m, uint64_t from, uint64_t end)
+{
+  uint64_t next = 0;
+
+  if (!m->n_maps)
+    return 0;
+  for (size_t i = 0; i < m->cap; i++) {
+    const struct slot *s = &m->slots[i];
+    if (s->space == SP(SPACE_VMM_MAP) && s->key > from && s->key < end && (!next || s->key < next))
+      next = s->key;
+  }
+  return next;
+}
+
 int alloc_map_vmm_unmap(struct alloc_map *m, uint64_t va, uint64_t size)
 {
   uint64_t end = va + size < va ? UINT64_MAX : va + size;
   int n = 0;
 
   pthread_mutex_lock(&m->lock);
-  /* cuMemUnmap takes whole mappings; a range may hold several that are contiguous. */
+  /* cuMemUnmap takes whole mappings: every one inside the range goes, back to back or with
+   * never-mapped space around them (a reservation unmapped as a whole). */
   while (va < end) {
     size_t i = probe(m, SP(SPACE_VMM_MAP), va);
     uint64_t len = m->slots[i].size;
 
-    if (!m->slots[i].space || !len)
-      break;
+    if (!m->slots[i].space || !len) {
+      if (!(va = vmm_next_mapping(m, va, end)))
+        break;
+      continue;
+    }
     vmm_drop_mapping(m, i);
     n++;
     if (va + len < va)

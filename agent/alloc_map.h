@@ -84,8 +84,8 @@ int alloc_map_lookup(struct alloc_map *m, enum alloc_space space, uint64_t key,
  */
 /* cuMemMap: [va, va + size) maps handle. 0, or -ENOENT (unknown handle) / -ENOSPC (full). */
 int alloc_map_vmm_map(struct alloc_map *m, uint64_t va, uint64_t size, uint64_t handle);
-/* cuMemUnmap: removes the mapping at va and those that follow it back to back inside
- * [va, va + size) (CUDA unmaps whole mappings only). Returns how many. */
+/* cuMemUnmap: removes every mapping that starts inside [va, va + size), back to back or
+ * not (CUDA unmaps whole mappings only). Returns how many. */
 int alloc_map_vmm_unmap(struct alloc_map *m, uint64_t va, uint64_t size);
 /* cuMemRetainAllocationHandle(addr): one more reference on the handle mapped over va (any
  * address inside a mapping, as in CUDA). 0, or -ENOENT (no mapping of a known handle there). */

@@ -116,6 +116,16 @@ int trace_writer_thread_name(struct trace_writer *w, uint32_t tid, const char *n
 /*
  * A host API call on thread tid of the host process. flow_id != 0 starts a flow arrow that
  * the GPU slice with the same flow_id ends (use the correlation id: unique per process).
+ *
+ * Calls on one thread may nest (any write order), with one contract for flows: a call that
+ * starts a flow must not share its start time with a call nested in it. The JSON importer
+ * binds a flow start ("s") to the topmost slice open on the thread at that time in its sorted
+ * stream, and an inner slice starting at the same instant is open there (for sure when it was
+ * written first), so it would take the outer call's arrow; the writer does not check this.
+ * The protobuf format names the flow on the slice's own BEGIN and is immune. The agent keeps
+ * the contract trivially: agent/capture.c writes only the outermost call of each thread
+ * (cupti/subscriber.c queues a call for the trace only at depth 1), so its host slices never
+ * nest.
  */
 int trace_writer_api_slice(struct trace_writer *w, uint32_t tid, const char *name,
                            uint64_t start_ns, uint64_t end_ns, uint32_t corr_id, uint64_t flow_id);

@@ -308,17 +308,19 @@ def _(f, run, env):
     # released while mapped twice and stays in use until its second cuMemUnmap, so the peak is
     # A + the 8192-byte block allocated between the two unmaps. B is created after A's memory
     # is gone (2 MiB again, never both at once) and its retained reference keeps it alive past
-    # the first release. No release is an unknown free. C is host memory (a host NUMA node):
-    # device -1, like pinned memory.
-    memory = [mem(0, 5, 4 * MIB + 4096 + 8192 + 4096, 2 * MIB + 8192,
-                  {"device": 4096 + 8192 + 4096, "vmm": 4 * MIB}),
+    # the first release. D and E (2 MiB each, mapped with gaps around them in one reservation)
+    # are both freed by the one cuMemUnmap over the whole reservation; together they are the
+    # peak. No release is an unknown free. C is host memory (a host NUMA node): device -1, like
+    # pinned memory.
+    memory = [mem(0, 7, 8 * MIB + 4096 + 8192 + 4096, 4 * MIB,
+                  {"device": 4096 + 8192 + 4096, "vmm": 8 * MIB}),
               mem(-1, 1, 2 * MIB, 2 * MIB, {"vmm": 2 * MIB})]
     # Joins: the MEMORY2 records of the three cuMemAlloc/cuMemFree pairs; VMM has none. API
-    # calls: 3 cuMemCreate, 3 cuMemAddressReserve, 3 cuMemMap, 1 cuMemRetainAllocationHandle,
-    # 4 cuMemRelease, 3 cuMemAlloc, 3 cuMemFree, 3 cuMemUnmap, 3 cuMemAddressFree
+    # calls: 5 cuMemCreate, 4 cuMemAddressReserve, 5 cuMemMap, 1 cuMemRetainAllocationHandle,
+    # 6 cuMemRelease, 3 cuMemAlloc, 3 cuMemFree, 4 cuMemUnmap, 4 cuMemAddressFree
     # (cuMemSetAccess is not traced).
     capture(f, run, [], [], {}, NO_MEMSET, memory, {"runtime": 0, "driver": 6, "unknown": 0},
-            {"runtime": 0, "driver": 26})
+            {"runtime": 0, "driver": 35})
 
 
 # ---- the small workload, under various configurations ----

@@ -24,8 +24,8 @@ int main(void)
 {
   CUdevice dev;
   CUcontext ctx;
-  CUdeviceptr va1, va2, vb, p;
-  CUmemGenericAllocationHandle a, b, c, h;
+  CUdeviceptr va1, va2, vb, vr, p;
+  CUmemGenericAllocationHandle a, b, c, d, e, h;
   CUmemAllocationProp prop;
 
   CU(cuInit(0));
@@ -71,6 +71,21 @@ int main(void)
   CU(cuMemUnmap(vb, VMM_BYTES));
   CU(cuMemRelease(b));
   CU(cuMemAddressFree(vb, VMM_BYTES));
+
+  /* D, E: two mappings in one reservation with never-mapped space before, between and after
+   * them (granularity-aligned), both released at once, then the whole reservation unmapped by
+   * one call. The simulator unmaps every mapping that starts inside the range; whether a real
+   * driver accepts such a range is unconfirmed, and if it refuses, the agent sees a failed call
+   * and changes nothing. Both are gone after that one call. */
+  CU(cuMemCreate(&d, VMM_BYTES, &prop, 0));
+  CU(cuMemCreate(&e, VMM_BYTES, &prop, 0));
+  CU(cuMemAddressReserve(&vr, 5 * VMM_BYTES, 0, 0, 0));
+  CU(cuMemMap(vr + VMM_BYTES, VMM_BYTES, 0, d, 0));
+  CU(cuMemMap(vr + 3 * VMM_BYTES, VMM_BYTES, 0, e, 0));
+  CU(cuMemRelease(d));
+  CU(cuMemRelease(e));
+  CU(cuMemUnmap(vr, 5 * VMM_BYTES));
+  CU(cuMemAddressFree(vr, 5 * VMM_BYTES));
 
   /* C: host memory on NUMA node 0 (as NCCL allocates its host buffers): pinned host memory,
    * not device 0's. */

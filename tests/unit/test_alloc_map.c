@@ -274,6 +274,18 @@ static void test_vmm_lifetimes(void)
   CHECK_EQ(alloc_map_vmm_release(m, 0x10), 0);
   CHECK_EQ(in_use(m, 0), 0);
 
+  /* A reservation unmapped as a whole: its range starts in never-mapped space and holds a gap
+   * between two mappings (and one mapping past its end, which stays). */
+  CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x20, &in), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f4000200000, 2 << 20, 0x20), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f4000800000, 2 << 20, 0x20), 0);
+  CHECK_EQ(alloc_map_vmm_map(m, 0x7f4001000000, 2 << 20, 0x20), 0);
+  CHECK_EQ(alloc_map_vmm_release(m, 0x20), 0);
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f4000000000, 16 << 20), 2);
+  CHECK_EQ(in_use(m, 0), 4 << 20); /* still mapped past the range */
+  CHECK_EQ(alloc_map_vmm_unmap(m, 0x7f4001000000, 2 << 20), 1);
+  CHECK_EQ(in_use(m, 0), 0);
+
   /* Mappings of handles never seen, unmaps of ranges never mapped, releases of unknown
    * handles: ignored, the last counted as an unknown free. */
   CHECK_EQ(alloc_map_vmm_map(m, 0x7f3000000000, 2 << 20, 0x99), (unsigned long long)-ENOENT);
@@ -283,8 +295,8 @@ static void test_vmm_lifetimes(void)
   alloc_map_get_stats(m, &st);
   CHECK_EQ(st.live, 0);
   CHECK_EQ(st.unknown_frees, 1);
-  CHECK_EQ(st.dev[1].allocs, 2);
-  CHECK_EQ(st.dev[1].frees, 2);
+  CHECK_EQ(st.dev[1].allocs, 3);
+  CHECK_EQ(st.dev[1].frees, 3);
   CHECK_EQ(st.dev[1].peak_in_use, 6 << 20);
   alloc_map_free(m);
 }
