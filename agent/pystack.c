@@ -38,6 +38,8 @@ static struct {
   const char *(*UnicodeAsUTF8)(PyObject *);
   void (*ErrFetch)(PyObject **, PyObject **, PyObject **);
   void (*ErrRestore)(PyObject *, PyObject *, PyObject *);
+  int (*GCDisable)(void); /* 3.10+; required from 3.11 (see capture_python) */
+  int (*GCEnable)(void);
   uintptr_t interp_lo[4], interp_hi[4]; /* executable segments of the interpreter's module */
   int n_interp;
   uintptr_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault */
@@ -148,6 +150,10 @@ int pystack_init(void)
   SYM(UnicodeAsUTF8, "PyUnicode_AsUTF8");
   SYM(ErrFetch, "PyErr_Fetch");
   SYM(ErrRestore, "PyErr_Restore");
+  if (minor >= 11) {
+    SYM(GCDisable, "PyGC_Disable");
+    SYM(GCEnable, "PyGC_Enable");
+  }
   dl_iterate_phdr(on_module, (void *)(uintptr_t)py.IsInitialized);
   /* The evaluation loop's extent: its native frames are where Python frames go. */
   eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
@@ -291,14 +297,23 @@ static uint32_t frame_intern(uint32_t code, PyObject *f)
   return n + 1;
 }
 
-/* The thread's Python frames, leaf first, as tagged frame ids. GIL held. */
+/*
+ * The thread's Python frames, leaf first, as tagged frame ids. GIL held.
+ *
+ * From 3.11 a frame object exists only once something asks for it: PyEval_GetFrame and
+ * PyFrame_GetBack create one for each frame not asked for before, and every such allocation of
+ * a GC-tracked object may start a garbage collection, which runs finalizers (__del__) and
+ * gc.callbacks: arbitrary Python code inside a driver call (3.11 collects right there; 3.12+
+ * schedules it for after the call). The collector is off for the walk and restored as it was.
+ */
 static int capture_python(uint64_t *out, int max)
 {
+  int gc_was_on = py.GCDisable ? py.GCDisable() : 0;
   PyObject *f = py.EvalGetFrame(); /* borrowed */
   int n = 0;
 
   if (!f)
-    return 0;
+    goto out;
   py.IncRef(f);
   while (f && n < max) {
     PyObject *code = py.FrameGetCode(f); /* new reference */
@@ -315,6 +330,9 @@ static int capture_python(uint64_t *out, int max)
   }
   if (f)
     py.DecRef(f);
+out:
+  if (gc_was_on)
+    py.GCEnable();
   return n;
 }
 

@@ -9,7 +9,9 @@
  * (the python executable, or a libpython loaded globally) and checks its version. Python
  * frames are read only through public C-API functions, and only on a thread that holds the
  * GIL (the thread state holding it is the thread's own, agent/pystack.c: not PyGILState_Check,
- * which a subinterpreter turns off): the GIL then also serializes every writer of this module's
+ * which a subinterpreter turns off), with the garbage collector paused (3.11+ allocates frame
+ * objects on demand, and a collection would run Python code inside the driver call): the GIL
+ * then also serializes every writer of this module's
  * tables. Free-threaded builds (no GIL) are reported once and get native stacks only.
  * A thread without the GIL (ctypes.CDLL calls and many extension modules release it around
  * C calls) gets its native stack only.

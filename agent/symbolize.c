@@ -30,7 +30,8 @@ struct sym {
 
 struct module {
   struct sym_module m;
-  int loaded; /* symbols read (or tried) */
+  int loaded;    /* symbols read (or tried) */
+  uint64_t seen; /* the last reading of the map that found it loaded */
   struct sym *syms;
   size_t n_syms;
 };
@@ -46,6 +47,7 @@ struct symbolizer {
   struct dm_entry *dm;      /* demangling cache, open addressing */
   size_t dm_cap, dm_used;
   unsigned long long adds, subs; /* the loader's dlopen/dlclose counters at the last read */
+  uint64_t gen;                  /* readings of the map so far */
 };
 
 /* ---- demangling ---- */
@@ -157,12 +159,19 @@ static int on_module(struct dl_phdr_info *info, size_t size, void *data)
   }
   if (!have)
     return 0;
+  read_build_id(info, &m);
   /* Known already, unless another file now occupies the range (the first one was dlclosed):
-   * then the new module is appended, and the newest wins in find_module. */
+   * then the new module is appended. The same path at the same addresses is not enough: a
+   * rebuilt library (a JIT extension built again, a reused temporary name) is loaded there
+   * too, so the build id must match as well. */
   for (size_t i = 0; i < s->n_mods; i++)
     if (s->mods[i].m.lo == m.lo && s->mods[i].m.hi == m.hi &&
-        (!path || !path[0] || !strcmp(s->mods[i].m.path, path)))
+        (!path || !path[0] || !strcmp(s->mods[i].m.path, path)) &&
+        s->mods[i].m.build_id_len == m.build_id_len &&
+        !memcmp(s->mods[i].m.build_id, m.build_id, m.build_id_len)) {
+      s->mods[i].seen = s->gen;
       return 0;
+    }
   if (!path || !path[0]) {
     /* The main program (dl_iterate_phdr names it ""), or the vDSO (no file). */
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -171,7 +180,6 @@ static int on_module(struct dl_phdr_info *info, size_t size, void *data)
     exe[n] = '\0';
     path = exe;
   }
-  read_build_id(info, &m);
   if (s->n_mods == s->cap_mods) {
     size_t cap = s->cap_mods ? s->cap_mods * 2 : 32;
     struct module *mods = realloc(s->mods, cap * sizeof(*mods));
@@ -188,6 +196,7 @@ static int on_module(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
   }
   memset(&s->mods[s->n_mods], 0, sizeof(s->mods[0]));
+  s->mods[s->n_mods].seen = s->gen;
   s->mods[s->n_mods++].m = m;
   return 0;
 }
@@ -211,12 +220,21 @@ static void refresh_modules(struct symbolizer *s)
   dl_iterate_phdr(read_counters, c);
   s->adds = c[0];
   s->subs = c[1];
+  s->gen++;
   dl_iterate_phdr(on_module, s);
 }
 
-/* Newest first: after a dlclose, a library loaded at the same addresses is the one there now. */
+/*
+ * A module loaded at the last reading of the map first: after a dlclose, the library loaded
+ * at the same addresses is the one there now (also one known from before, loaded again after
+ * the one that replaced it was closed). Then the closed ones, newest first, for frames that
+ * were captured while they were loaded.
+ */
 static struct module *find_module(struct symbolizer *s, uint64_t addr)
 {
+  for (size_t i = s->n_mods; i-- > 0;)
+    if (s->mods[i].seen == s->gen && addr >= s->mods[i].m.lo && addr < s->mods[i].m.hi)
+      return &s->mods[i];
   for (size_t i = s->n_mods; i-- > 0;)
     if (addr >= s->mods[i].m.lo && addr < s->mods[i].m.hi)
       return &s->mods[i];
@@ -249,7 +267,35 @@ static int cmp_sym(const void *a, const void *b)
   return strcmp(x->name, y->name);
 }
 
-/* Appends the functions of every SHT_SYMTAB/SHT_DYNSYM section; returns how many symtabs. */
+/* 1 if the file's NT_GNU_BUILD_ID note is the module's (or the module has none to compare). */
+static int same_build_id(Elf *elf, const struct sym_module *m)
+{
+  Elf_Scn *scn = NULL;
+
+  if (!m->build_id_len)
+    return 1;
+  while ((scn = elf_nextscn(elf, scn)) != NULL) {
+    GElf_Shdr sh;
+    GElf_Nhdr nh;
+    Elf_Data *data;
+    size_t off = 0, name_off, desc_off;
+
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE || !(data = elf_getdata(scn, NULL)))
+      continue;
+    while ((off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0)
+      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+          !memcmp((const char *)data->d_buf + name_off, "GNU", 4))
+        return nh.n_descsz == m->build_id_len &&
+               !memcmp((const char *)data->d_buf + desc_off, m->build_id, m->build_id_len);
+  }
+  return 0;
+}
+
+/*
+ * Appends the functions of every SHT_SYMTAB/SHT_DYNSYM section; returns how many symtabs.
+ * A file that is not the one loaded (rebuilt or replaced on disk since: its build id differs)
+ * is not read: its names would be wrong for the loaded code.
+ */
 static int read_symbols(struct module *mod, const char *path)
 {
   Elf *elf;
@@ -263,6 +309,12 @@ static int read_symbols(struct module *mod, const char *path)
   if (!elf) {
     close(fd);
     return -EINVAL;
+  }
+  if (!same_build_id(elf, &mod->m)) {
+    log_info("%s changed on disk since it was loaded (another build id): its frames are shown as "
+             "module+offset",
+             path);
+    goto out;
   }
   while ((scn = elf_nextscn(elf, scn)) != NULL) {
     GElf_Shdr sh;

@@ -35,8 +35,11 @@ struct sym_module {
  * library dlopened since; a frame in JIT code does not read the map again). Function names come
  * from each module's .symtab (static functions included) and .dynsym, read from the file on disk
  * with libelf the first time the module is needed (and from /usr/lib/debug/.build-id/ when the file
- * has no .symtab and a debug file exists). C++ and CUDA kernel names are demangled with the C++
- * runtime's __cxa_demangle. Not thread-safe: one thread per symbolizer.
+ * has no .symtab and a debug file exists); a file whose build id is not the loaded module's
+ * (rebuilt on disk since it was loaded) is not read. A module is known already only with the same
+ * path, addresses and build id; those found at the last reading of the map are preferred over
+ * dlclosed ones. C++ and CUDA kernel names are demangled with the C++ runtime's __cxa_demangle.
+ * Not thread-safe: one thread per symbolizer.
  */
 struct symbolizer;
 
@@ -55,7 +58,8 @@ const char *symbolizer_demangle(struct symbolizer *s, const char *name);
  * Reads the module map again if anything was dlopened or dlclosed since the last read (the
  * loader's dlpi_adds/dlpi_subs counters: one dl_iterate_phdr step when nothing changed).
  * Returns 1 when the map changed: results resolved before may now be stale, since a library
- * loaded where a closed one was is preferred for its addresses.
+ * loaded where a closed one was (also a rebuilt file at the same path) is preferred for its
+ * addresses.
  */
 int symbolizer_sync(struct symbolizer *s);
 

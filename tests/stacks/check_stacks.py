@@ -223,6 +223,17 @@ def case_python_subinterp(c, s):
              ["launch", "launch_with_gil", "main", "<module>"])
 
 
+def case_python_gc(c, s):
+    # The program itself fails when a collection ran inside a driver call; the Python frames
+    # must still be merged with the collector paused.
+    st = s["stacks"]
+    es = find(st["by_kernel_time"], "kernel", "py_gc_kernel")
+    c.eq("py_gc_kernel entries", len(es), 1)
+    for e in es:
+        c.eq("py_gc_kernel Python chain", [f["function"] for f in e["frames"] if "file" in f],
+             ["gc_launch", "main", "<module>"])
+
+
 def case_fakepy(c, s, free_threaded=False):
     st = s["stacks"]
     es = find(st["by_kernel_time"], "kernel", "stk_kernel_fakepy")
@@ -242,8 +253,10 @@ CASES = {
     "sampling": case_sampling,
     "python": case_python,
     "python_subinterp": case_python_subinterp,
+    "python_gc": case_python_gc,
     "fakepy": case_fakepy,
     "fakepy_free_threaded": lambda c, s: case_fakepy(c, s, free_threaded=True),
+    "fakepy_unsupported": lambda c, s: case_fakepy(c, s, free_threaded=True),
 }
 
 

@@ -1,6 +1,8 @@
 /* A program that looks like a CPython interpreter to the agent (it exports the C-API functions
  * the agent looks up, with the version string from STK_FAKEPY_VERSION) and runs one fake Python
- * frame: a free-threaded build must be refused (native stacks), a supported one merged. */
+ * frame: a free-threaded build must be refused (native stacks), a supported one merged, with the
+ * garbage collector off while its frames are walked (asking 3.11+ for a frame object allocates
+ * one, which may start a collection that runs Python code inside the driver call). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #define STK_API __attribute__((visibility("default"), used))
 
 static int frame_obj, code_obj, name_obj, file_obj, tstate_obj;
+static int gc_enabled = 1, frames_with_gc_on;
 
 STK_API const char *Py_GetVersion(void)
 {
@@ -38,14 +41,32 @@ STK_API void *PyGILState_GetThisThreadState(void)
   return &tstate_obj;
 }
 
+STK_API int PyGC_Disable(void)
+{
+  int was = gc_enabled;
+
+  gc_enabled = 0;
+  return was;
+}
+
+STK_API int PyGC_Enable(void)
+{
+  int was = gc_enabled;
+
+  gc_enabled = 1;
+  return was;
+}
+
 STK_API void *PyEval_GetFrame(void)
 {
+  frames_with_gc_on += gc_enabled;
   return &frame_obj;
 }
 
 STK_API void *PyFrame_GetBack(void *f)
 {
   (void)f;
+  frames_with_gc_on += gc_enabled;
   return NULL;
 }
 
@@ -104,5 +125,14 @@ int main(void)
   stk_context();
   stk_fakepy_launch(stk_kernel("stk_kernel_fakepy"));
   STK_CU(cuCtxSynchronize());
+  if (frames_with_gc_on) {
+    fprintf(stderr, "stacks_fakepy: %d frame objects asked for with the collector on\n",
+            frames_with_gc_on);
+    return 1;
+  }
+  if (!gc_enabled) {
+    fprintf(stderr, "stacks_fakepy: the collector was left off\n");
+    return 1;
+  }
   return 0;
 }
