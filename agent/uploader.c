@@ -158,10 +158,19 @@ static int openssl_alive(void)
 /* ---- labels ---- */
 
 static void add_label(struct pyroscope_labels *ls, const char *name, const char *value,
-                      const char *source, int warn)
+                      const char *source, int warn, int ingest)
 {
-  int ret = pyroscope_labels_add(ls, name, value);
+  int ret;
 
+  /* /ingest's {k=v,...} has no quoting: such a value would make every request unbuildable. */
+  if (ingest && strpbrk(value, ",{}=")) {
+    if (warn)
+      log_warn("%s: the value of '%s' contains one of , { } = which the /ingest API cannot "
+               "carry; leaving it out (GPUPROF_PYROSCOPE_API=push can)",
+               source, name);
+    return;
+  }
+  ret = pyroscope_labels_add(ls, name, value);
   if (!ret || !warn)
     return;
   if (ret == -EINVAL)
@@ -190,6 +199,35 @@ static void ingest_safe_name(const char *in, char *out, size_t cap)
 }
 
 /*
+ * /ingest carries the labels in its URL, which has a length limit (export/pyroscope.h): the
+ * labels added last are left out until it fits (the others and every profile still go), once
+ * at start, named in one line. __name__, __delta__ and service_name (at most 255 bytes) always
+ * fit.
+ */
+static void fit_ingest(struct pyroscope_labels *ls, int warn)
+{
+  struct pyroscope_labels fit = *ls; /* shares the strings: only its count changes */
+  char left[1024] = "";
+  size_t len = 0;
+
+  while (fit.n > 3 && pyroscope_ingest_fits(&fit, u.url) == -ENOSPC)
+    fit.n--;
+  if (fit.n == ls->n)
+    return;
+  for (size_t i = fit.n; i < ls->n && len < sizeof(left); i++) {
+    int w = snprintf(left + len, sizeof(left) - len, "%s%s", i > fit.n ? ", " : "", ls->l[i].name);
+    len += w > 0 ? (size_t)w : 0;
+  }
+  if (warn)
+    log_warn("GPUPROF_PYROSCOPE_API=ingest: the labels (GPUPROF_TAGS, GPUPROF_K8S_*) do not fit "
+             "in one /ingest URL of at most %d bytes; leaving out %zu label%s, the last ones: "
+             "%s (GPUPROF_PYROSCOPE_API=push has no such limit)",
+             PYROSCOPE_URL_MAX, ls->n - fit.n, ls->n - fit.n == 1 ? "" : "s", left);
+  while (ls->n > fit.n)
+    pyroscope_labels_pop(ls);
+}
+
+/*
  * The series labels, the same for every upload of a kind: __name__ (fixed per kind, see
  * pyroscope_series_name), __delta__="false" (each profile holds one window, never a running
  * total; /ingest sets the same), service_name, GPUPROF_TAGS, then the Kubernetes downward-API
@@ -200,6 +238,7 @@ static void ingest_safe_name(const char *in, char *out, size_t cap)
 static int build_labels(const struct config *cfg)
 {
   char app[256];
+  int ingest = cfg->pyroscope_api == 1;
 
   for (unsigned k = 0; k < N_KINDS; k++) {
     struct pyroscope_labels *ls = &u.labels[k];
@@ -223,21 +262,16 @@ static int build_labels(const struct config *cfg)
                    key);
         continue;
       }
-      if (cfg->pyroscope_api == 1 && strpbrk(value, ",{}=")) {
-        if (warn)
-          log_warn("GPUPROF_TAGS: the value of '%s' contains one of , { } = which the /ingest "
-                   "API cannot carry; leaving it out (GPUPROF_PYROSCOPE_API=push can)",
-                   key);
-        continue;
-      }
-      add_label(ls, key, value, "GPUPROF_TAGS", warn);
+      add_label(ls, key, value, "GPUPROF_TAGS", warn, ingest);
     }
     if (cfg->k8s_pod[0])
-      add_label(ls, "pod", cfg->k8s_pod, "GPUPROF_K8S_POD", warn);
+      add_label(ls, "pod", cfg->k8s_pod, "GPUPROF_K8S_POD", warn, ingest);
     if (cfg->k8s_namespace[0])
-      add_label(ls, "namespace", cfg->k8s_namespace, "GPUPROF_K8S_NAMESPACE", warn);
+      add_label(ls, "namespace", cfg->k8s_namespace, "GPUPROF_K8S_NAMESPACE", warn, ingest);
     if (cfg->k8s_node[0])
-      add_label(ls, "node", cfg->k8s_node, "GPUPROF_K8S_NODE", warn);
+      add_label(ls, "node", cfg->k8s_node, "GPUPROF_K8S_NODE", warn, ingest);
+    if (ingest)
+      fit_ingest(ls, warn);
   }
   return 0;
 }

@@ -218,7 +218,9 @@ static int select_targets(const char *cmd, const struct options *o, const char *
     free(t);
     return EXIT_NO_AGENT;
   }
-  if (live > 1 && !o->all) {
+  /* Several agents with the --pid given are processes with that pid in other pid namespaces
+   * sharing the run directory (docs/CONTROL.md): --pid reaches all of them. */
+  if (live > 1 && !o->all && o->pid <= 0) {
     fprintf(stderr, "gpuprof %s: %zu agents in %s (pids", cmd, live, dir);
     for (size_t i = 0; i < live; i++)
       fprintf(stderr, " %d", t[i].sock.pid);

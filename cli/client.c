@@ -136,6 +136,31 @@ static int wait_fd(int fd, short events, uint64_t deadline)
   }
 }
 
+/*
+ * The run directory may be shared (an emptyDir, /tmp): whoever can write there can plant a
+ * gpuprof-<pid>.sock. Its listener, not the file, is what answers: only one running as our
+ * uid or as root is trusted with a request (it may carry an output path) and with its reply
+ * (the file paths we print for scripts). Root talks to every user's agent (a root sidecar).
+ */
+static int check_server(int fd, const char *path, char *err, size_t err_len)
+{
+  struct ucred peer;
+  socklen_t plen = sizeof(peer);
+  uid_t me = geteuid();
+
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) || plen != sizeof(peer)) {
+    snprintf(err, err_len, "%s: cannot tell who serves it: %s", path, strerror(errno));
+    return -EPROTO;
+  }
+  if (me == 0 || peer.uid == me || peer.uid == 0)
+    return 0;
+  snprintf(err, err_len,
+           "refusing %s: it is served by uid %u (pid %d), neither you (uid %u) nor root; not "
+           "your agent (a socket planted in a shared run directory?)",
+           path, (unsigned)peer.uid, (int)peer.pid, (unsigned)me);
+  return -EPERM;
+}
+
 int client_request(const char *path, const struct control_request *req, unsigned timeout_ms,
                    struct client_reply *rep, char *err, size_t err_len)
 {
@@ -171,6 +196,9 @@ int client_request(const char *path, const struct control_request *req, unsigned
     snprintf(err, err_len, "%s", strerror(-ret));
     goto out;
   }
+  ret = check_server(fd, path, err, err_len);
+  if (ret)
+    goto out;
   while (off < (size_t)n) {
     ssize_t w = send(fd, out + off, (size_t)n - off, MSG_NOSIGNAL);
     if (w > 0) {

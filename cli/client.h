@@ -43,7 +43,9 @@ struct client_reply {
 /*
  * Connects to path, sends req, reads and parses the reply (within timeout_ms). 0 when a reply
  * arrived (ok or error); -ECONNREFUSED when nothing listens (the process is gone: a stale
- * file); -ENOENT; -EACCES; -ETIMEDOUT; -EPROTO for an unreadable reply; err says why.
+ * file); -ENOENT; -EACCES; -ETIMEDOUT; -EPROTO for an unreadable reply; -EPERM when the
+ * listener is neither our uid nor root (not sent to, not trusted: cli/client.c check_server);
+ * err says why.
  */
 int client_request(const char *path, const struct control_request *req, unsigned timeout_ms,
                    struct client_reply *rep, char *err, size_t err_len);

@@ -38,7 +38,7 @@ int cmd_list(int argc, char **argv)
   const char *opt_dir = NULL, *dir;
   struct control_request req;
   struct agent_socket *socks;
-  size_t n, shown = 0;
+  size_t n, shown = 0, refused = 0;
   int ret;
 
   for (int i = 0; i < argc; i++) {
@@ -71,6 +71,12 @@ int cmd_list(int argc, char **argv)
     }
     if (ret == -ENOENT)
       continue; /* it exited while we looked */
+    if (ret == -EPERM) {
+      /* Not an agent we may trust (another user's listener): not listed. */
+      fprintf(stderr, "gpuprof: %s\n", err);
+      refused++;
+      continue;
+    }
     if (shown++ == 0)
       printf("%-8s %-9s %-11s %-26s %-6s %s\n", "PID", "AGENT", "MODE", "CAPTURE", "GPUS",
              "COMMAND");
@@ -95,7 +101,9 @@ int cmd_list(int argc, char **argv)
   }
   free(socks);
   if (!shown) {
-    no_agents(dir, n ? "only sockets of processes that are gone" : "no sockets");
+    no_agents(dir, refused ? "only sockets served by other users"
+                   : n     ? "only sockets of processes that are gone"
+                           : "no sockets");
     return EXIT_NO_AGENT;
   }
   return EXIT_OK;

@@ -12,7 +12,9 @@
 
 #define PUSH_PATH "/push.v1.PusherService/Push"
 #define INGEST_PATH "/ingest"
-#define URL_MAX 8192
+#define URL_MAX PYROSCOPE_URL_MAX
+/* The query after the name, with from/until at their widest (20 digits each). */
+#define INGEST_QUERY_REST "&from=18446744073709551615&until=18446744073709551615&spyName=gpuprof"
 
 const char *pyroscope_series_name(const char *kind)
 {
@@ -83,6 +85,15 @@ int pyroscope_labels_add(struct pyroscope_labels *ls, const char *name, const ch
   ls->l[ls->n].value = v;
   ls->n++;
   return 0;
+}
+
+void pyroscope_labels_pop(struct pyroscope_labels *ls)
+{
+  if (!ls->n)
+    return;
+  ls->n--;
+  free(ls->l[ls->n].name);
+  free(ls->l[ls->n].value);
 }
 
 void pyroscope_labels_clear(struct pyroscope_labels *ls)
@@ -174,6 +185,26 @@ int pyroscope_ingest_name(const struct pyroscope_labels *ls, char *buf, size_t c
   buf[pos++] = '}';
   buf[pos] = '\0';
   return 0;
+}
+
+int pyroscope_ingest_fits(const struct pyroscope_labels *ls, const char *base_url)
+{
+  char name[PYROSCOPE_INGEST_NAME_MAX];
+  size_t base = strlen(base_url), len;
+  int ret = pyroscope_ingest_name(ls, name, sizeof(name));
+
+  if (ret)
+    return ret;
+  while (base && base_url[base - 1] == '/')
+    base--;
+  /* curl_easy_escape keeps [A-Za-z0-9-._~] and writes every other byte as %XX. */
+  len = base + strlen(INGEST_PATH "?name=") + strlen(INGEST_QUERY_REST);
+  for (const char *p = name; *p; p++)
+    len += ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '-' || *p == '.' || *p == '_' || *p == '~')
+               ? 1
+               : 3;
+  return len < URL_MAX ? 0 : -ENOSPC;
 }
 
 void pyroscope_url_for_log(const char *url, char *out, size_t cap)
@@ -350,7 +381,7 @@ int pyroscope_client_send(struct pyroscope_client *c, const struct pyroscope_lab
                           const uint8_t *profile, size_t len, uint64_t start_ns, uint64_t end_ns,
                           long timeout_ms, struct pyroscope_result *res)
 {
-  char url[URL_MAX], name[URL_MAX / 2];
+  char url[URL_MAX], name[PYROSCOPE_INGEST_NAME_MAX];
   uint8_t *body = NULL;
   size_t body_len = 0;
   curl_mime *mime = NULL;

@@ -59,6 +59,25 @@ int pyroscope_push_body(const struct pyroscope_labels *ls, const uint8_t *profil
  * quoting) or the application name a character outside [A-Za-z0-9_.-/]; -ENOSPC. */
 int pyroscope_ingest_name(const struct pyroscope_labels *ls, char *buf, size_t cap);
 
+/*
+ * What an /ingest request can carry: the name parameter in PYROSCOPE_INGEST_NAME_MAX bytes and
+ * the whole request URL (the name URL-escaped) in PYROSCOPE_URL_MAX, which is also what
+ * common proxies accept in a request line (nginx: 8 KiB).
+ */
+#define PYROSCOPE_INGEST_NAME_MAX 4096
+#define PYROSCOPE_URL_MAX 8192
+
+/*
+ * 0 when /ingest requests with these labels to base_url fit those limits (from/until counted
+ * at their widest); -ENOSPC when they do not, -EINVAL when the name cannot be built at all
+ * (pyroscope_ingest_name). Checked once at start: pyroscope_client_send fails every request
+ * whose labels do not fit.
+ */
+int pyroscope_ingest_fits(const struct pyroscope_labels *ls, const char *base_url);
+
+/* Removes (and frees) the label added last; nothing when the set is empty. */
+void pyroscope_labels_pop(struct pyroscope_labels *ls);
+
 /* The URL as it may be logged: credentials in it ("user:password@", which libcurl uses for
  * basic auth) become "***@" and a query becomes "?***" (it may hold a token). Never fails;
  * out is truncated to cap. */

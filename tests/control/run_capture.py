@@ -36,9 +36,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -398,10 +400,109 @@ def scenario_impostor(args):
     srv.close()
 
 
+def planted_server(path, ready):
+    """Runs in a forked child (already the planter's uid): an agent look-alike."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    os.chmod(path, 0o777)  # anyone may connect: the planter wants victims
+    srv.listen(8)
+    open(ready, "w").close()
+    reply = ("GPUPROF/1 ok\npid=%d\ncommand=planted\nversion=0\nmode=ondemand\n"
+             "agent=active\ngpus=0\nnow_ns=1\ncapture.state=idle\ncapture.id=1\n"
+             "capture.gpu_only=0\ncapture.started_ns=1\ncapture.ends_ns=2\ncapture.events=0\n"
+             "capture.bytes=0\ncapture.dropped=0\ncapture.error=0\n"
+             "capture.file=/etc/shadow\n\n" % os.getpid())
+    while True:
+        c, _ = srv.accept()
+        with c:
+            c.settimeout(2)
+            try:
+                c.recv(4096)
+                c.sendall(reply.encode())
+            except OSError:
+                pass
+
+
+def as_uid(uid):
+    def drop():
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    return drop
+
+
+def scenario_planted(args):
+    """A run directory anyone may write to (an emptyDir, /tmp), where another user planted
+    gpuprof-<pid>.sock answering like an agent (a capture whose file is /etc/shadow): the
+    command of a third user refuses it with one line naming the listener's uid, sends it no
+    capture and prints no file; root and the planter's own uid still talk to it (root reaches
+    every user's agent). Needs root to play the three users: skips (77) otherwise."""
+    if os.geteuid() != 0:
+        print("SKIP: needs root to run the planted socket and the command as other users")
+        sys.exit(77)
+    planter, victim, pid = 65534, 65533, 424242
+    base = tempfile.mkdtemp(prefix="gpuprof-planted-")
+    try:
+        os.chmod(base, 0o755)
+        run_dir = os.path.join(base, "run")
+        os.mkdir(run_dir)
+        os.chmod(run_dir, 0o1777)
+        path = os.path.join(run_dir, "gpuprof-%d.sock" % pid)
+        ready = os.path.join(base, "ready")
+        os.chmod(base, 0o777)  # the planter writes its ready file there
+        child = os.fork()
+        if child == 0:
+            try:
+                as_uid(planter)()
+                planted_server(path, ready)
+            finally:
+                os._exit(1)
+        try:
+            end = time.time() + WAIT_S
+            while not os.path.exists(ready):
+                check(os.waitpid(child, os.WNOHANG) == (0, 0) and time.time() < end,
+                      "the planted server did not start")
+                time.sleep(0.02)
+            env = dict(os.environ, GPUPROF_RUN_DIR=run_dir)
+
+            def gp(uid, *argv):
+                r = subprocess.run([args.gpuprof, *argv], env=env, capture_output=True,
+                                   text=True, timeout=WAIT_S, cwd="/",
+                                   preexec_fn=as_uid(uid) if uid else None)
+                print("$ (uid %d) gpuprof %s  -> %d\n%s%s" % (uid, " ".join(argv), r.returncode,
+                                                              r.stdout, r.stderr))
+                check(not any(b in r.stderr for b in SANITIZER_BANNERS),
+                      "a sanitizer reported in gpuprof %s" % argv[0])
+                return r
+
+            for argv, rc in ((("capture", "--pid", str(pid), "--duration", "1s"), 1),
+                             (("capture", "--all", "--duration", "1s"), 4),
+                             (("stop", "--pid", str(pid)), 1),
+                             (("list",), 4)):
+                r = gp(victim, *argv)
+                check(r.returncode == rc, "gpuprof %s as uid %d exited %d, expected %d"
+                      % (argv[0], victim, r.returncode, rc))
+                check(r.stdout == "", "gpuprof %s printed %r on stdout" % (argv[0], r.stdout))
+                refusals = [l for l in r.stderr.splitlines() if "refusing" in l]
+                check(len(refusals) == 1 and "uid %d" % planter in refusals[0]
+                      and path in refusals[0],
+                      "gpuprof %s: one line refusing %s served by uid %d" % (argv[0], path, planter))
+            # Positive controls: the same server is talked to by its own uid and by root.
+            for uid in (planter, 0):
+                r = gp(uid, "list")
+                check(r.returncode == 0 and "planted" in r.stdout and "refusing" not in r.stderr,
+                      "gpuprof list as uid %d lists the server" % uid)
+        finally:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenario",
-                    choices=["pid", "all", "busy", "format", "impostor", "slowstop"],
+                    choices=["pid", "all", "busy", "format", "impostor", "slowstop", "planted"],
                     required=True)
     ap.add_argument("--gpuprof", required=True)
     ap.add_argument("--workload", required=True)
@@ -410,7 +511,7 @@ def main():
     try:
         {"pid": scenario_pid, "all": scenario_all, "busy": scenario_busy,
          "format": scenario_format, "impostor": scenario_impostor,
-         "slowstop": scenario_slowstop}[args.scenario](args)
+         "slowstop": scenario_slowstop, "planted": scenario_planted}[args.scenario](args)
     except Failed as e:
         print("FAILED: %s" % e)
         return 1

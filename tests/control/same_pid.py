@@ -28,6 +28,7 @@ def wait_for(pred, what, timeout=20):
 
 def main():
     workload = sys.argv[1]
+    gpuprof = sys.argv[2] if len(sys.argv) > 2 else None
     probe = subprocess.run(["unshare", "--fork", "--pid", "--mount-proc", "true"],
                            capture_output=True, text=True)
     if probe.returncode != 0:
@@ -79,6 +80,22 @@ def main():
         if (not reply.startswith(b"GPUPROF/1 ok\n") or b"\npid=1\n" not in reply
                 or f"stop{i} 30".encode() not in reply):
             failures.append(f"{sock_name}: status reply {reply[:200]!r}")
+    # `gpuprof capture --pid 1` reaches both (docs/CONTROL.md), each writing under its own name.
+    if gpuprof and not failures:
+        r = subprocess.run([gpuprof, "capture", "--pid", "1", "--duration", "300ms", "--format",
+                            "json"], capture_output=True, text=True, timeout=60)
+        sys.stderr.write(r.stderr)
+        traces = sorted(os.path.basename(f) for f in r.stdout.split()
+                        if f.endswith("-capture.json"))
+        if r.returncode != 0:
+            failures.append(f"gpuprof capture --pid 1 exited {r.returncode}")
+        if [t.split("-capture")[0].rsplit("-", 1)[0] for t in traces] != \
+                [f"gpuprof-{n}" for n in names]:
+            failures.append(f"gpuprof capture --pid 1: traces {traces}, expected one per name "
+                            f"{names}")
+        for t in traces:
+            if not os.path.exists(os.path.join(out, t)):
+                failures.append(f"trace {t} is not in {out}")
     for p, stop in procs:
         open(stop, "w").close()
     for i, (p, _) in enumerate(procs):

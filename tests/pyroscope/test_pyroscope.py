@@ -489,6 +489,77 @@ def scenario_bad_values(a, work):
         check("bad-key" not in x["labels"], x["labels"])
 
 
+INGEST_URL_MAX = 8192  # export/pyroscope.c: the longest request URL, the NUL included
+
+
+def scenario_ingest_long_labels(a, work):
+    """/ingest carries every label in the URL. Many long tags and Kubernetes values (escaped
+    '/' triples a byte) do not fit in one: the last labels are left out, with one line naming
+    them, and every profile is still sent with the others (instead of none at all)."""
+    from urllib.parse import quote
+    r = Receiver(work, 0)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        base = f"http://127.0.0.1:{port}"
+        tags = [(f"t{i:02d}", ("v/" * 95)[:190]) for i in range(24)]
+        k8s = [("pod", "trainer-" + "p" * 200), ("namespace", "ml/" * 60),
+               ("node", "gpu-node-" + "n" * 200)]
+        env = {"GPUPROF_PYROSCOPE_URL": base, "GPUPROF_PYROSCOPE_API": "ingest",
+               "GPUPROF_APP_NAME": "trainer",
+               "GPUPROF_TAGS": ",".join(f"{k}={v}" for k, v in tags),
+               "GPUPROF_K8S_POD": k8s[0][1], "GPUPROF_K8S_NAMESPACE": k8s[1][1],
+               "GPUPROF_K8S_NODE": k8s[2][1]}
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    finally:
+        r.stop()
+    # The labels kept: the longest prefix (in the documented order) whose URL fits, with
+    # from/until counted at their widest (20 digits each).
+    labels = tags + k8s
+    keep = len(labels)
+    while keep:
+        name = "trainer{" + ",".join(f"{k}={v}" for k, v in labels[:keep]) + "}"
+        length = (len(base) + len("/ingest?name=") + len(quote(name, safe="-._~")) +
+                  len("&from=&until=&spyName=gpuprof") + 40)
+        if len(name) < 4096 and length < INGEST_URL_MAX:
+            break
+        keep -= 1
+    check(0 < keep < len(labels), f"the test's labels should partly fit: {keep}")
+    left_out = [k for k, _ in labels[keep:]]
+    eq("stderr lines", len(stderr), 1)
+    check("GPUPROF_PYROSCOPE_API=ingest" in stderr[0] and ", ".join(left_out) in stderr[0],
+          f"the line does not name the API and the labels left out {left_out}: {stderr[0]}")
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "dropped", "failed", "stop_ret")},
+       {"submitted": 3, "sent": 3, "dropped": 0, "failed": 0, "stop_ret": 0})
+    acc = r.accepted()
+    eq("profiles received", sorted(windows(acc)), [0, 1, 2])
+    for x in acc:
+        want = dict(labels[:keep], service_name="trainer", __name__=x["labels"]["__name__"])
+        eq("labels", x["labels"], want)
+
+
+def scenario_ingest_k8s_value(a, work):
+    """A Kubernetes label value the {k=v} syntax cannot carry (',' '{' '}' '=') is left out
+    with one line naming its variable, like such a tag; the profiles are still sent."""
+    r = Receiver(work, 0)
+    try:
+        r.wait_ready()
+        port = int(open(r.ready).read())
+        env = {"GPUPROF_PYROSCOPE_URL": f"http://127.0.0.1:{port}",
+               "GPUPROF_PYROSCOPE_API": "ingest", "GPUPROF_APP_NAME": "trainer",
+               "GPUPROF_K8S_POD": "trainer-0,rank=1", "GPUPROF_K8S_NODE": "gpu-node-7"}
+        stats, stderr, _ = run_driver(a.driver, env, 3, 0)
+    finally:
+        r.stop()
+    eq("stderr lines", len(stderr), 1)
+    check("GPUPROF_K8S_POD" in stderr[0], f"the line does not name GPUPROF_K8S_POD: {stderr[0]}")
+    eq("stats", {k: stats[k] for k in ("submitted", "sent", "dropped", "failed", "stop_ret")},
+       {"submitted": 3, "sent": 3, "dropped": 0, "failed": 0, "stop_ret": 0})
+    for x in r.accepted():
+        eq("labels", x["labels"], {"service_name": "trainer", "node": "gpu-node-7",
+                                   "__name__": x["labels"]["__name__"]})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--driver", required=True)
@@ -518,6 +589,8 @@ def main():
         "header_values": lambda: scenario_header_values(a, work),
         "huge_durations": lambda: scenario_huge_durations(a, work),
         "long_window": lambda: scenario_long_window(a, work),
+        "ingest_long_labels": lambda: scenario_ingest_long_labels(a, work),
+        "ingest_k8s_value": lambda: scenario_ingest_k8s_value(a, work),
     }
     try:
         table[a.scenario]()

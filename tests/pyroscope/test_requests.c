@@ -1,5 +1,6 @@
 /* Unit tests of export/pyroscope.c: series names, label rules, /ingest names, the /push body. */
 #include <errno.h>
+#include <string.h>
 
 #include "../unit/unit.h"
 #include "export/pyroscope.h"
@@ -81,6 +82,42 @@ static void test_ingest_name(void)
   pyroscope_labels_clear(&ls);
 }
 
+/* The request URL's limit, to the byte: base + "/ingest?name=" + escaped name + the rest of
+ * the query with 20-digit from/until (69 bytes) must stay under PYROSCOPE_URL_MAX. */
+static void test_ingest_fits(void)
+{
+  static char base[PYROSCOPE_URL_MAX], value[2001];
+  struct pyroscope_labels ls = {0};
+  size_t b;
+
+  memset(value, 'x', 2000);
+  pyroscope_labels_add(&ls, "__name__", "gpu");
+  pyroscope_labels_add(&ls, "service_name", "a");
+  pyroscope_labels_add(&ls, "k", value);
+  /* "a{k=x...x}" escapes '{' '=' '}': 2011 bytes; 13 + 2011 + 69 = 2093 besides the base. */
+  b = PYROSCOPE_URL_MAX - 2093 - 1;
+  memcpy(base, "http://h/", 9);
+  memset(base + 9, 'p', b - 9);
+  CHECK_EQ(pyroscope_ingest_fits(&ls, base), 0);
+  base[b] = '/'; /* a trailing '/' is not sent */
+  CHECK_EQ(pyroscope_ingest_fits(&ls, base), 0);
+  base[b] = 'p';
+  CHECK_EQ(pyroscope_ingest_fits(&ls, base), (unsigned long long)-ENOSPC);
+  /* The name alone is limited too: two long values pass PYROSCOPE_INGEST_NAME_MAX. */
+  pyroscope_labels_add(&ls, "l", value);
+  CHECK_EQ(pyroscope_ingest_fits(&ls, "http://h"), 0);
+  pyroscope_labels_add(&ls, "m", value);
+  CHECK_EQ(pyroscope_ingest_fits(&ls, "http://h"), (unsigned long long)-ENOSPC);
+  pyroscope_labels_pop(&ls);
+  CHECK_EQ(ls.n, 4);
+  CHECK_EQ(pyroscope_ingest_fits(&ls, "http://h"), 0);
+  pyroscope_labels_add(&ls, "bad", "a=b");
+  CHECK_EQ(pyroscope_ingest_fits(&ls, "http://h"), (unsigned long long)-EINVAL);
+  pyroscope_labels_clear(&ls);
+  pyroscope_labels_pop(&ls); /* empty: nothing */
+  CHECK_EQ(ls.n, 0);
+}
+
 /* The body decodes, with the generated code, to exactly one series with our labels and bytes. */
 static void test_push_body(void)
 {
@@ -139,6 +176,7 @@ int main(void)
   RUN(test_label_names);
   RUN(test_labels_add);
   RUN(test_ingest_name);
+  RUN(test_ingest_fits);
   RUN(test_push_body);
   RUN(test_url_for_log);
   UNIT_EXIT();
