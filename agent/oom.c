@@ -48,7 +48,8 @@ struct oom_snapshot {
   struct oom_group *slots; /* OOM_SLOTS; allocated once by oom_start, never freed */
 };
 
-enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY };
+/* CLOSED: set at exit, final; a snapshot the slot held then was counted as an error there. */
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_WRITING, SLOT_CLOSED };
 
 /* Set by oom_start before any callback is enabled; read-only afterwards. */
 static struct alloc_map *allocs;
@@ -60,7 +61,8 @@ static int pid;
 static char name[320]; /* the process's part of file names (files_name) */
 
 /* The one slot: an application thread takes it FREE -> FILLING (CAS), fills it and publishes
- * READY; the worker writes it and hands it back FREE. */
+ * READY; the worker takes it READY -> WRITING, writes it and hands it back FREE. Every step is a
+ * CAS so that oom_stop can close it at any point and count what it held exactly once. */
 static struct oom_snapshot snap;
 static _Atomic int slot_state = SLOT_FREE;
 static _Atomic int started;
@@ -114,6 +116,13 @@ static void snapshot_add(const struct alloc_info *a, void *arg)
   g->bytes += a->size;
 }
 
+/* from -> to, unless oom_stop closed the slot meanwhile (then 0: it counted the snapshot). */
+static int slot_handback(int from, int to)
+{
+  return atomic_compare_exchange_strong_explicit(&slot_state, &from, to, memory_order_acq_rel,
+                                                 memory_order_relaxed);
+}
+
 void oom_record(const struct oom_event *ev)
 {
   uint64_t last, now;
@@ -138,15 +147,16 @@ void oom_record(const struct oom_event *ev)
   /* Checked again with the slot held: another thread may have taken a snapshot meanwhile. */
   last = atomic_load_explicit(&last_snapshot_mono, memory_order_relaxed);
   if (last && now < last + interval_ns) {
-    atomic_store_explicit(&slot_state, SLOT_FREE, memory_order_release);
-    atomic_fetch_add_explicit(&n_skipped, 1, memory_order_relaxed);
+    /* Closed meanwhile: oom_stop counted this failure as an error already. */
+    if (slot_handback(SLOT_FILLING, SLOT_FREE))
+      atomic_fetch_add_explicit(&n_skipped, 1, memory_order_relaxed);
     return;
   }
   atomic_store_explicit(&last_snapshot_mono, now, memory_order_relaxed);
   /* The slot is ours: the worker cleared it when it handed it back. */
   snap.ev = *ev;
   alloc_map_for_each(allocs, snapshot_add, &snap);
-  atomic_store_explicit(&slot_state, SLOT_READY, memory_order_release);
+  slot_handback(SLOT_FILLING, SLOT_READY);
 }
 
 /* ---- worker ---- */
@@ -222,9 +232,12 @@ static void top_holders(struct profiles *p, const struct oom_snapshot *s, char *
   free(h);
 }
 
+enum snapshot_outcome { SNAPSHOT_WRITTEN, SNAPSHOT_EMPTY, SNAPSHOT_ERROR };
+
 /* Builds and writes the snapshot's profile (the pprof windows' memory profile code) and logs
- * the one line. Runs on the worker (or the exit path once the worker was joined). */
-static void snapshot_write(struct oom_snapshot *s)
+ * the one line. Runs on the worker (or the exit path once the worker was joined). The caller
+ * counts the outcome: not if the exit path has counted the snapshot already. */
+static enum snapshot_outcome snapshot_write(struct oom_snapshot *s)
 {
   char path[PATH_MAX], stamp[32], api[64], req[32], in_use[32], dev[48], at[NAME_MAX_LEN];
   char comment[512], holders[512], lost[96] = "";
@@ -240,6 +253,7 @@ static void snapshot_write(struct oom_snapshot *s)
       .name = name,
       .origin_ns = s->ev.time_ns,
   };
+  enum snapshot_outcome ret = SNAPSHOT_ERROR;
   int n;
 
   aggregate_api_base_name(s->ev.api, api, sizeof(api));
@@ -260,7 +274,6 @@ static void snapshot_write(struct oom_snapshot *s)
   o.file_path = path;
   o.comment = comment;
   if (n < 0 || (size_t)n >= sizeof(path) || !(p = profiles_new(&o, s->ev.time_ns))) {
-    atomic_fetch_add_explicit(&n_errors, 1, memory_order_relaxed);
     log_warn("GPU out of memory: %s of %s failed on %s; cannot write the snapshot (out of "
              "memory or GPUPROF_OUTPUT_DIR too long)",
              api, req, dev);
@@ -281,34 +294,43 @@ static void snapshot_write(struct oom_snapshot *s)
     log_warn("GPU out of memory: %s of %s failed on %s at %s; nothing in use by the process "
              "there; no profile written",
              api, req, dev, at);
+    ret = SNAPSHOT_EMPTY;
     goto out;
   }
   profiles_finish(p, s->ev.time_ns + 1);
   profiles_get_stats(p, &st);
   if (!st.files) {
-    atomic_fetch_add_explicit(&n_errors, 1, memory_order_relaxed);
     log_warn("GPU out of memory: %s of %s failed on %s at %s; %s in use by the process there%s; "
              "the profile %s could not be written",
              api, req, dev, at, in_use, holders, path);
     goto out;
   }
-  atomic_fetch_add_explicit(&n_snapshots, 1, memory_order_relaxed);
+  ret = SNAPSHOT_WRITTEN;
   log_warn("GPU out of memory: %s of %s failed on %s at %s; %s in use by the process there%s; "
            "profile: %s",
            api, req, dev, at, in_use, holders, path);
 out:
   profiles_free(p);
+  return ret;
 }
 
 static void take_pending(void)
 {
-  if (atomic_load_explicit(&slot_state, memory_order_acquire) != SLOT_READY)
+  enum snapshot_outcome done;
+
+  if (!slot_handback(SLOT_READY, SLOT_WRITING))
     return;
-  snapshot_write(&snap);
+  done = snapshot_write(&snap);
   memset(snap.slots, 0, OOM_SLOTS * sizeof(*snap.slots));
   snap.used = 0;
   snap.device_in_use = snap.stackless = snap.lost = 0;
-  atomic_store_explicit(&slot_state, SLOT_FREE, memory_order_release);
+  /* Closed while writing (the worker could not be joined at exit): counted there. */
+  if (!slot_handback(SLOT_WRITING, SLOT_FREE))
+    return;
+  if (done == SNAPSHOT_WRITTEN)
+    atomic_fetch_add_explicit(&n_snapshots, 1, memory_order_relaxed);
+  else if (done == SNAPSHOT_ERROR)
+    atomic_fetch_add_explicit(&n_errors, 1, memory_order_relaxed);
 }
 
 static void consumer_tick(void *arg, uint64_t now_ns)
@@ -352,12 +374,19 @@ int oom_start(const struct config *cfg, struct alloc_map *map, struct stack_tabl
 
 void oom_stop(int worker_joined)
 {
-  /* A worker that could not be joined may still be inside take_pending: leave it be. */
-  if (!worker_joined || !atomic_load_explicit(&started, memory_order_acquire))
+  int held;
+
+  if (!atomic_load_explicit(&started, memory_order_acquire))
     return;
-  take_pending();
-  /* Still being filled by a thread that failed during shutdown: taken, never written. */
-  if (atomic_load_explicit(&slot_state, memory_order_acquire) != SLOT_FREE)
+  /* A worker that could not be joined may still be inside take_pending: it is left to
+   * finish, but what it writes is counted here, before the summary, and never again. */
+  if (worker_joined)
+    take_pending();
+  /* Closed for good: a failure after this (a thread past the agent's state check) is skipped. */
+  held = atomic_exchange_explicit(&slot_state, SLOT_CLOSED, memory_order_acq_rel);
+  /* Still being filled by a thread that failed during shutdown, ready for a worker that is
+   * gone, or being written by one that could not be joined: taken, not written (yet). */
+  if (held != SLOT_FREE && held != SLOT_CLOSED)
     atomic_fetch_add_explicit(&n_errors, 1, memory_order_relaxed);
 }
 

@@ -34,14 +34,16 @@ void oom_record(const struct oom_event *ev);
  * (continuous mode only: nothing in on-demand mode, or with GPUPROF_OOM_INTERVAL=0).
  * 0 or -errno (then failures are still counted, no snapshot is written). */
 int oom_start(const struct config *cfg, struct alloc_map *allocs, struct stack_table *stacks);
-/* From shutdown after worker_stop: writes a snapshot still pending if the worker was joined. */
+/* From shutdown after worker_stop: writes a snapshot still pending if the worker was joined;
+ * one it cannot write (worker not joined, or a thread still filling it) counts as an error, so
+ * failed == snapshots + skipped + errors holds in the summary. Later failures are skipped. */
 void oom_stop(int worker_joined);
 
 struct oom_stats {
   uint64_t failed;    /* allocation calls that failed for lack of memory */
   uint64_t snapshots; /* snapshot profiles written */
   uint64_t skipped;   /* failures without a snapshot: within the interval, or one pending */
-  uint64_t errors;    /* snapshots taken but not written (I/O, encoding) */
+  uint64_t errors;    /* snapshots taken but not written (I/O, encoding, exit) */
   int have_first;     /* first is valid */
   struct oom_event first;
 };

@@ -113,7 +113,10 @@ int unwind_is_skipped(uint64_t addr)
 
 /*
  * Return addresses known to have unwind information, per thread (direct-mapped): checking it
- * costs libunwind a lookup through dl_iterate_phdr, ~100 times a cached unw_step.
+ * costs libunwind a lookup through dl_iterate_phdr, ~100 times a cached unw_step. Keyed by
+ * address only, so an entry outlives a dlclose; harmless where libunwind's unw_get_proc_info
+ * never fails (x86-64, below): every address passes, and a library loaded later at the same
+ * addresses is stepped as it would be on a fresh thread (tests/stacks/stacks_unwind_reload.c).
  */
 #define CHECKED_SLOTS 1024
 static __thread uint64_t checked[CHECKED_SLOTS];
@@ -153,10 +156,13 @@ static int capture_fast(uint64_t *frames, int max)
 }
 
 /*
- * The safe mode: stepping ourselves ends the stack at the first frame without unwind information
- * instead of guessing through it, and every step validates the memory it reads (libunwind probes
+ * The safe mode: stepping ourselves, every step validates the memory it reads (libunwind probes
  * each address with system calls, which is what makes this mode ~40 times slower: ~400 ns a
- * frame). The fast path validates only from the first guessed frame on (agent/unwind.h).
+ * frame). The fast path validates only from the first guessed frame on (agent/unwind.h). The
+ * stack ends at a frame unw_get_proc_info has no information for; libunwind 1.6 on x86-64 never
+ * says so (for an address without an FDE it reports a one-byte procedure at that address and
+ * returns success), so there such a frame is stepped by the validated frame-pointer guess, as
+ * tests/stacks (stacks_native) allows.
  */
 static int capture_safe(uint64_t *frames, int max)
 {

@@ -27,8 +27,11 @@ void unwind_init(const char *const *skip_names, const void *const *anchors);
  * the bad frame. Frames with unwind information are read unvalidated, so what the fast path
  * cannot survive is CFI that is wrong (claims %rbp is a frame pointer when it is not) in front
  * of the first guessed frame.
- * Safe: steps frame by frame, ends the stack at the first frame without unwind information,
- * and validates every memory read; about 40 times slower. GPUPROF_STACK_UNWIND selects it.
+ * Safe: steps frame by frame and validates every memory read; about 40 times slower.
+ * GPUPROF_STACK_UNWIND selects it. It ends the stack at the first frame without unwind
+ * information only where libunwind reports that frame as such: libunwind 1.6 on x86-64 does not
+ * (unw_get_proc_info succeeds with a one-byte procedure), so there such a frame is stepped by
+ * the validated frame-pointer guess, as in the fast path.
  */
 void unwind_set_safe(int safe);
 
