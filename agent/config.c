@@ -58,6 +58,8 @@ static const char *const known_vars[] = {
     "GPUPROF_TRACE_MAX_SIZE",
     "GPUPROF_CAPTURE_SIGNAL",
     "GPUPROF_OOM_INTERVAL",
+    /* Read by the `gpuprof` command (cli/), whose `run` passes its environment on. */
+    "GPUPROF_AGENT",
 };
 
 #define N_KNOWN (sizeof(known_vars) / sizeof(known_vars[0]))
@@ -153,16 +155,18 @@ int config_parse_duration(const char *s, uint64_t *ns)
   return -EINVAL;
 }
 
-/* "4194304", "4096K", "4M", "1G" (binary multiples; "KB"/"KiB" spellings accepted). */
+/* "4194304", "4096K", "4M", "1G", "1T" (binary multiples; "KB"/"KiB" spellings accepted; T
+ * because GPUPROF_TRACE_MAX_SIZE's documented maximum is 1T). */
 int config_parse_size(const char *s, uint64_t *bytes)
 {
   static const struct {
     const char *suffix;
     uint64_t mult;
   } units[] = {
-      {"", 1ull},          {"B", 1ull},        {"K", 1ull << 10},   {"KB", 1ull << 10},
-      {"KiB", 1ull << 10}, {"M", 1ull << 20},  {"MB", 1ull << 20},  {"MiB", 1ull << 20},
-      {"G", 1ull << 30},   {"GB", 1ull << 30}, {"GiB", 1ull << 30},
+      {"", 1ull},          {"B", 1ull},         {"K", 1ull << 10},   {"KB", 1ull << 10},
+      {"KiB", 1ull << 10}, {"M", 1ull << 20},   {"MB", 1ull << 20},  {"MiB", 1ull << 20},
+      {"G", 1ull << 30},   {"GB", 1ull << 30},  {"GiB", 1ull << 30}, {"T", 1ull << 40},
+      {"TB", 1ull << 40},  {"TiB", 1ull << 40},
   };
   const char *end;
   uint64_t v;
@@ -502,8 +506,16 @@ static void load_stacks(struct config *cfg)
   load_uint("GPUPROF_STACK_SAMPLE_EVERY", &every, 1, 1u << 20,
             "a number between 1 (every launch) and 1048576");
   cfg->stack_sample_every = (uint32_t)every;
-  load_uint("GPUPROF_STACK_SAMPLE_SEED", &cfg->stack_sample_seed, 1, UINT64_MAX,
-            "a positive integer");
+  v = env("GPUPROF_STACK_SAMPLE_SEED");
+  if (v) {
+    const char *end;
+    uint64_t seed;
+    /* 0 is the "pick one at random" value: it is the default, never a seed one can set. */
+    if (parse_u64(v, &seed, &end) == 0 && !*end && seed)
+      cfg->stack_sample_seed = seed;
+    else
+      bad_value("GPUPROF_STACK_SAMPLE_SEED", v, "a positive integer", "using a random seed");
+  }
   load_size("GPUPROF_STACK_TABLE_SIZE", &cfg->stack_table_size, 64ull << 10, 4ull << 30,
             "a size between 64K and 4G (e.g. 32M)");
   cfg->stack_unwind_safe =

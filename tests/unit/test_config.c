@@ -233,6 +233,93 @@ static void test_bad_values(void)
   check_bad("GPUPROF_MODE", "", "");
 }
 
+/* The limits docs/CONFIGURATION.md gives can be written as given, at both ends. */
+static void test_documented_limits(void)
+{
+  struct config cfg;
+  char err[4096];
+  uint64_t b;
+
+  CHECK_EQ(config_parse_size("1T", &b), 0);
+  CHECK_EQ(b, 1ull << 40);
+  CHECK_EQ(config_parse_size("2tib", &b), 0);
+  CHECK_EQ(b, 2ull << 40);
+  CHECK_EQ(config_parse_size("99999999T", &b), (unsigned long long)-EINVAL);
+
+  clear_gpuprof_env();
+  setenv("GPUPROF_TRACE_MAX_SIZE", "1T", 1);
+  setenv("GPUPROF_STACK_TABLE_SIZE", "4G", 1);
+  setenv("GPUPROF_BUFFER_SIZE", "1G", 1);
+  setenv("GPUPROF_BUFFER_LIMIT", "64G", 1);
+  setenv("GPUPROF_CORR_TABLE_SIZE", "16M", 1);
+  setenv("GPUPROF_STACK_DEPTH", "128", 1);
+  setenv("GPUPROF_STACK_SAMPLE_EVERY", "1048576", 1);
+  setenv("GPUPROF_UPLOAD_QUEUE", "4096", 1);
+  setenv("GPUPROF_PYROSCOPE_MAX_SAMPLES", "1073741824", 1);
+  setenv("GPUPROF_CAPTURE_ON_START", "366h", 1);
+  load_capture(&cfg, err, sizeof(err));
+  CHECK_STR(err, "");
+  CHECK_EQ(cfg.trace_max_size, 1ull << 40);
+  CHECK_EQ(cfg.stack_table_size, 4ull << 30);
+  CHECK_EQ(cfg.buffer_size, 1ull << 30);
+  CHECK_EQ(cfg.buffer_limit, 64ull << 30);
+  CHECK_EQ(cfg.corr_table_size, 1ull << 24);
+  CHECK_EQ(cfg.stack_depth, 128);
+  CHECK_EQ(cfg.stack_sample_every, 1048576);
+  CHECK_EQ(cfg.upload_queue, 4096);
+  CHECK_EQ(cfg.pyroscope_max_samples, 1ull << 30);
+  CHECK_EQ(cfg.capture_on_start_ns, 366ull * 3600 * 1000000000ull);
+
+  check_bad("GPUPROF_TRACE_MAX_SIZE", "1025G",
+            "gpuprof: GPUPROF_TRACE_MAX_SIZE='1025G' is not a size between 1M and 1T (e.g. 512M); "
+            "using 512M\n");
+}
+
+/* The defaults docs/CONFIGURATION.md's table gives. */
+static void test_documented_defaults(void)
+{
+  struct config cfg;
+  char err[4096];
+
+  clear_gpuprof_env();
+  load_capture(&cfg, err, sizeof(err));
+  CHECK_STR(err, "");
+  CHECK_EQ(cfg.profile_files, 1);
+  CHECK_EQ(cfg.oom_interval_ns, 60000000000ull);
+  CHECK_EQ(cfg.stack_depth, 64);
+  CHECK_EQ(cfg.stack_sample_every, 16);
+  CHECK_EQ(cfg.stack_sample_seed, 0); /* random */
+  CHECK_EQ(cfg.stack_table_size, 32ull << 20);
+  CHECK_EQ(cfg.stack_python, 1);
+  CHECK_EQ(cfg.gpu_only, 0);
+  CHECK_EQ(cfg.trace_format_set, 0);
+  CHECK_EQ(cfg.trace_max_size, 512ull << 20);
+  CHECK_EQ(cfg.capture_signal, 0);
+  CHECK_STR(cfg.run_dir, "/tmp/gpuprof/run");
+  CHECK_STR(cfg.pyroscope_url, "");
+  CHECK_EQ(cfg.n_tags, 0);
+  CHECK_EQ(cfg.pyroscope_api, 0);
+  CHECK_EQ(cfg.upload_timeout_ns, 10000000000ull);
+  CHECK_EQ(cfg.pyroscope_max_samples, 16000);
+  CHECK_EQ(cfg.upload_queue, 32);
+  CHECK_EQ(cfg.exit_timeout_ns, 3000000000ull);
+}
+
+/* Variables of the `gpuprof` command reach the agent through `gpuprof run`'s environment: they
+ * are settings, not typos. */
+static void test_cli_vars_known(void)
+{
+  check_bad("GPUPROF_AGENT", "/opt/gpuprof/lib/libgpuprof.so", "");
+}
+
+/* A bad seed falls back to a random one, and the line says so (not "using 0"). */
+static void test_bad_seed(void)
+{
+  check_bad("GPUPROF_STACK_SAMPLE_SEED", "0",
+            "gpuprof: GPUPROF_STACK_SAMPLE_SEED='0' is not a positive integer; using a random "
+            "seed\n");
+}
+
 static void test_mode_off(void)
 {
   struct config cfg;
@@ -253,5 +340,9 @@ int main(void)
   RUN(test_good_values);
   RUN(test_bad_values);
   RUN(test_mode_off);
+  RUN(test_documented_limits);
+  RUN(test_documented_defaults);
+  RUN(test_bad_seed);
+  RUN(test_cli_vars_known);
   UNIT_EXIT();
 }
