@@ -175,6 +175,7 @@ def check_pod(path, known, payload_lib, payload_bin):
     check(shared, f"{name}: the initContainer mounts {vol}")
     for c in inits + containers:
         check_shell(name, c)
+        check_prune(name, c)
     for c in containers:
         check(mount_path(c, vol) == shared,
               f"{name}: container {c['name']} mounts {vol} at {shared} (has {mount_path(c, vol)})")
@@ -232,6 +233,48 @@ def check_shell(name, container):
         check(r.returncode == 0, f"{name}: {container['name']}'s shell script parses: {r.stderr.strip()}")
 
 
+def check_prune(name, container):
+    """A capture sidecar's pruning, run on files named as the agent names them: the newest KEEP
+    traces stay with their window's pprof files; older ones go with theirs; nothing else."""
+    import subprocess
+    import tempfile
+    script = (container.get("args") or [""])[0]
+    if "gpuprof capture" not in script or "KEEP" not in script:
+        return
+    env = {k: v.get("value", "") for k, v in env_map(container).items()}
+    out = re.search(r"--output\s+(\S+)", script).group(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        bindir, outdir = os.path.join(tmp, "bin"), os.path.join(tmp, "out")
+        os.makedirs(bindir)
+        os.makedirs(outdir)
+        for tool in ("gpuprof", "sleep"):
+            with open(os.path.join(bindir, tool), "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(os.path.join(bindir, tool), 0o755)
+        kinds = ("gpu_time", "gpu_memory", "memcpy")
+        # Ten captures, oldest first; two of them share a second (the agent's -<id> name).
+        stems = [f"gpuprof-h-1-2026112{i // 2}T00000{i % 2}Z-capture" for i in range(9)]
+        stems.insert(5, stems[4] + "-2")
+        others = ["gpuprof-h-1-summary.json", "gpuprof-h-1-gpu_time-20261120T000000Z.pb.gz"]
+        for age, stem in enumerate(reversed(stems)):
+            for f in [stem + ".pftrace"] + [f"{stem}-{k}.pb.gz" for k in kinds]:
+                path = os.path.join(outdir, f)
+                open(path, "w").close()
+                os.utime(path, (1e9 - age * 60, 1e9 - age * 60))
+        for f in others:
+            open(os.path.join(outdir, f), "w").close()
+        keep = int(env.get("KEEP", "8"))
+        env.update({"KEEP": "3", "CAPTURE_EVERY_S": "0", "PATH": bindir + ":/usr/bin:/bin"})
+        once = script.replace(out, outdir).replace("while true; do", "for _once in 1; do", 1)
+        r = subprocess.run(["sh", "-c", once], env=env, capture_output=True, text=True, timeout=30)
+        want = sorted(others + [f for stem in stems[-3:]
+                                for f in [stem + ".pftrace"] + [f"{stem}-{k}.pb.gz" for k in kinds]])
+        got = sorted(os.listdir(outdir))
+        check(r.returncode == 0 and got == want,
+              f"{name}: {container['name']} keeps the newest KEEP ({keep}) traces with their pprof "
+              f"files and removes older ones with theirs (rc {r.returncode}, left {got})")
+
+
 def self_test():
     """Breaks copies of the files one way at a time; each break must be caught."""
     import shutil
@@ -243,6 +286,7 @@ def self_test():
         ("samples/kubernetes/pod.yaml", "fieldPath: spec.nodeName", "fieldPath: metadata.uid"),
         ("samples/kubernetes/pod-sidecar.yaml", "value: /gpuprof/run", "value: /tmp/run"),
         ("samples/kubernetes/pod-sidecar.yaml", "      restartPolicy: Always\n", ""),
+        ("samples/kubernetes/pod-sidecar.yaml", '"$s-memcpy.pb.gz"', ""),
         ("samples/kubernetes/Dockerfile", "COPY cupti/ cupti/", "COPY cuptix/ cuptix/"),
         ("samples/kubernetes/Dockerfile", "--target gpuprof gpuprof_cli", "--target gpuprof gpuprof_cmd"),
     ]
