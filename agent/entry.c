@@ -2,6 +2,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -36,7 +37,7 @@ __attribute__((constructor)) static void gpuprof_loaded(void)
 {
   const char *level = getenv("GPUPROF_LOG");
 
-  if (level && !strcmp(level, "debug")) {
+  if (level && !strcasecmp(level, "debug")) {
     log_set_level(LOG_DEBUG);
     log_debug("loaded into pid %d; waiting for cuInit to call InitializeInjection", (int)getpid());
   }

@@ -45,12 +45,13 @@ static uint64_t mono_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void usage(FILE *out)
+static void usage(FILE *out, int capture)
 {
-  fprintf(out,
-          "usage: gpuprof capture [--pid N | --all] [--duration 60s] [--gpu-only]\n"
-          "                       [--format json|json.gz|perfetto] [--output DIR] [--run-dir DIR]\n"
-          "       gpuprof stop [--pid N | --all] [--run-dir DIR]\n");
+  fputs(capture ? "usage: gpuprof capture [--pid N | --all] [--duration 60s] [--gpu-only]\n"
+                  "                       [--format json|json.gz|perfetto] [--output DIR]"
+                  " [--run-dir DIR]\n"
+                : "usage: gpuprof stop [--pid N | --all] [--run-dir DIR]\n",
+        out);
 }
 
 struct options {
@@ -80,7 +81,7 @@ static int parse_options(const char *cmd, int argc, char **argv, struct options 
       continue;
     }
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      usage(stdout);
+      usage(stdout, capture);
       exit(EXIT_OK);
     }
     if (!v || (strcmp(a, "--pid") && strcmp(a, "--run-dir") &&
@@ -88,7 +89,7 @@ static int parse_options(const char *cmd, int argc, char **argv, struct options 
                 (strcmp(a, "--duration") && strcmp(a, "--format") && strcmp(a, "--output"))))) {
       fprintf(stderr, "gpuprof %s: %s %s\n", cmd, a,
               v ? "is not an option" : "is not an option or needs a value");
-      usage(stderr);
+      usage(stderr, capture);
       return -EINVAL;
     }
     i++;

@@ -73,6 +73,10 @@ static int cmd_run(int argc, char **argv)
     }
     if (a[0] != '-')
       break;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "gpuprof run: %s needs a value\n", a);
       return 2;

@@ -44,6 +44,9 @@ int cmd_list(int argc, char **argv)
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--run-dir") == 0 && i + 1 < argc) {
       opt_dir = argv[++i];
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      printf("usage: gpuprof list [--run-dir DIR]\n");
+      return EXIT_OK;
     } else {
       fprintf(stderr, "gpuprof list: unknown argument %s (usage: gpuprof list [--run-dir DIR])\n",
               argv[i]);

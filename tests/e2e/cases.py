@@ -398,6 +398,20 @@ def _(f, run, env):
     run.agent_lines = agent_lines
 
 
+@case("log_debug_upper")
+def _(f, run, env):
+    # Log levels are case-insensitive, the load-time line too: GPUPROF_LOG=DEBUG says the
+    # library was loaded before anything else (before cuInit called InitializeInjection).
+    loaded = [l for l in run.agent_lines if "loaded into pid" in l]
+    f.eq("gpuprof lines saying the library was loaded", len(loaded), 1)
+    if run.agent_lines:
+        f.check("loaded into pid" in run.agent_lines[0],
+                f"the first gpuprof line {run.agent_lines[0]!r} is the load-time one")
+    agent_lines, run.agent_lines = run.agent_lines, []
+    small_capture(f, run)
+    run.agent_lines = agent_lines
+
+
 @case("unwritable_output")
 def _(f, run, env):
     out = env["GPUPROF_OUTPUT_DIR"]
