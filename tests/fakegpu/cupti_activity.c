@@ -133,6 +133,35 @@ static uint32_t thread_id(void)
 
 int cu_any_kind(void) { return atomic_load(&g_nkinds) > 0 || atomic_load(&g_any_ctx_en); }
 
+/*
+ * Test introspection, not a CUPTI API (the real library cannot list its enables): whether
+ * activity `kind` is enabled now, globally (1), only for some context (2), or not (0); and
+ * for kind DRIVER/RUNTIME, how many per-API selections (cuptiActivityEnableDriverApi /
+ * RuntimeApi) are on (*api_on). Read-only: tests/capture/leak_workload.c checks that a tool
+ * switched off what it switched on.
+ */
+CU_API int fakegpu_cupti_kind_enabled(int kind, int *api_on);
+CU_API int fakegpu_cupti_kind_enabled(int kind, int *api_on)
+{
+  int on = 0;
+
+  if (api_on)
+    *api_on = 0;
+  if (kind < 0 || kind >= CUPTI_ACTIVITY_KIND_COUNT)
+    return 0;
+  if (atomic_load(&g_kind[kind]))
+    on = 1;
+  pthread_mutex_lock(&g_en_lock);
+  for (int i = 0; !on && i < MAX_CTX_ENABLES; i++)
+    if (g_ctx_en[i].uid && g_ctx_en[i].kinds[kind])
+      on = 2;
+  pthread_mutex_unlock(&g_en_lock);
+  if (api_on && (kind == CUPTI_ACTIVITY_KIND_DRIVER || kind == CUPTI_ACTIVITY_KIND_RUNTIME))
+    for (uint32_t cbid = 0; cbid < MAX_CBID; cbid++)
+      *api_on += atomic_load(&g_api_sel[kind == CUPTI_ACTIVITY_KIND_RUNTIME][cbid]) == 1;
+  return on;
+}
+
 int cu_kind_enabled(CUpti_ActivityKind kind, uint32_t ctx_uid)
 {
   if ((unsigned)kind >= CUPTI_ACTIVITY_KIND_COUNT)

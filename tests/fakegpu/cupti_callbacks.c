@@ -45,6 +45,23 @@ static uint32_t domain_size(CUpti_CallbackDomain d)
 
 int cu_subscribed(void) { return atomic_load(&g_sub) != NULL; }
 
+/*
+ * Test introspection, not a CUPTI API (the real library has none to list its enables): how
+ * many callbacks of `domain` are enabled now (-1: no such domain). Read-only, so a test can
+ * check that a tool switched off what it switched on (tests/capture/leak_workload.c).
+ */
+CU_API int fakegpu_cupti_enabled_callbacks(int domain);
+CU_API int fakegpu_cupti_enabled_callbacks(int domain)
+{
+  int n = 0;
+
+  if (domain <= CUPTI_CB_DOMAIN_INVALID || domain >= CUPTI_CB_DOMAIN_SIZE)
+    return -1;
+  for (uint32_t cbid = 0; cbid < MAX_CBID; cbid++)
+    n += atomic_load_explicit(&g_enabled[domain][cbid], memory_order_relaxed) != 0;
+  return n;
+}
+
 int cu_callback_enabled(CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
 {
   return (unsigned)domain < CUPTI_CB_DOMAIN_SIZE && cbid < MAX_CBID &&
