@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,7 +105,7 @@ struct profiles {
   char output_dir[PATH_MAX];
   char host[256];
   char name[320]; /* the process's part of file names */
-  char exe[PATH_MAX];
+  uint64_t exe_pc; /* the main program's entry point: an address inside it */
   char stem[PATH_MAX]; /* o.file_stem's copy, "" without one */
   char path[PATH_MAX]; /* o.file_path's copy, "" without one */
   char comment[512];   /* o.comment's copy, "" without one */
@@ -678,10 +679,15 @@ static int build(struct profiles *p, struct window *w, int kind, uint64_t end, i
   p->epoch++;
   set_types(p->b, kind);
   pprof_builder_set_time(p->b, (int64_t)w->start, (int64_t)(end - w->start));
-  /* The main program is mapping 1 when known: pprof treats mapping 1 as the binary. */
-  for (size_t i = 0; i < p->n_modules; i++)
-    if (p->exe[0] && !strcmp(p->modules[i].path, p->exe))
-      mapping_of(p, (int)i);
+  /* The main program is mapping 1: pprof takes mapping 1 for the binary ("File:" in its
+   * reports). Its module is found through the program's entry point, so it is known before
+   * any of its frames is seen (a short program's only window would otherwise name the first
+   * library a frame came from). */
+  if (p->exe_pc) {
+    struct frame_info *exe = frame_get(p, p->exe_pc);
+    if (exe && exe->module >= 0)
+      mapping_of(p, exe->module);
+  }
   if (sorted) {
     /* In stack order the slots are read at random: fetched a few entries ahead. */
     for (size_t i = from; i < to && !ret; i++) {
@@ -1000,7 +1006,6 @@ void profiles_finish(struct profiles *p, uint64_t now_ns)
 struct profiles *profiles_new(const struct profiles_options *o, uint64_t now_ns)
 {
   struct profiles *p = calloc(1, sizeof(*p));
-  ssize_t n;
 
   if (!p)
     return NULL;
@@ -1027,8 +1032,7 @@ struct profiles *profiles_new(const struct profiles_options *o, uint64_t now_ns)
   p->o.file_path = p->path;
   snprintf(p->comment, sizeof(p->comment), "%s", o->comment ? o->comment : "");
   p->o.comment = p->comment;
-  n = readlink("/proc/self/exe", p->exe, sizeof(p->exe) - 1);
-  p->exe[n > 0 ? n : 0] = '\0';
+  p->exe_pc = getauxval(AT_ENTRY);
   p->b = pprof_builder_new();
   if (!p->b) {
     profiles_free(p);

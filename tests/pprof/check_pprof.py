@@ -171,6 +171,10 @@ def check_common(c, kind, prof):
         mappings = []
     for m in mappings:
         c.true(f"{kind}: mapping without functions: {m}", m.endswith("[FN]"))
+    # pprof takes mapping 1 for the binary ("File:"): the program, never a library.
+    first = prof["mapping_paths"].get(1, "")
+    c.true(f"{kind}: mapping 1 is the program, not the library {first}",
+           ".so" not in os.path.basename(first))
     ids = sorted(prof["locations"])
     c.eq(f"{kind}: location ids dense", ids, list(range(1, len(ids) + 1)))
     for s in prof["samples"]:
