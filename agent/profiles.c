@@ -104,8 +104,8 @@ struct profiles {
   struct profiles_options o;
   char output_dir[PATH_MAX];
   char host[256];
-  char name[320]; /* the process's part of file names */
-  uint64_t exe_pc; /* the main program's entry point: an address inside it */
+  char name[320];      /* the process's part of file names */
+  uint64_t exe_pc;     /* the main program's entry point: an address inside it */
   char stem[PATH_MAX]; /* o.file_stem's copy, "" without one */
   char path[PATH_MAX]; /* o.file_path's copy, "" without one */
   char comment[512];   /* o.comment's copy, "" without one */
