@@ -166,15 +166,9 @@ int main(int argc, char **argv)
   }
   snprintf(sock_path, sizeof(sock_path), "%s/gpuprof-%d.sock",
            run_dir ? run_dir : "/tmp/gpuprof/run", (int)getpid());
-  CU(cuInit(0));
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cuCtxSetCurrent(ctx));
-  mod = e2e_module_with_kernels(names, THREADS);
-  for (int i = 0; i < THREADS; i++) {
-    CU(cuModuleGetFunction(&fn[i], mod, names[i]));
+  mod = e2e_context_with_kernels(&dev, &ctx, names, THREADS, fn);
+  for (int i = 0; i < THREADS; i++)
     fakegpu_set_kernel_duration_ns(names[i], 2000);
-  }
   for (int i = 0; i < THREADS; i++)
     if (pthread_create(&t[i], NULL, launcher, (void *)(intptr_t)i) != 0)
       e2e_fail("pthread_create");

@@ -129,15 +129,9 @@ int main(void)
   CUdevice dev;
   CUmodule mod;
 
-  CU(cuInit(0));
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cuCtxSetCurrent(ctx));
-  mod = e2e_module_with_kernels(names, THREADS);
-  for (int i = 0; i < THREADS; i++) {
-    CU(cuModuleGetFunction(&fn[i], mod, names[i]));
+  mod = e2e_context_with_kernels(&dev, &ctx, names, THREADS, fn);
+  for (int i = 0; i < THREADS; i++)
     fakegpu_set_kernel_duration_ns(names[i], 3000);
-  }
   for (int i = 0; i < THREADS; i++)
     if (pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i) != 0)
       e2e_fail("pthread_create");

@@ -62,6 +62,23 @@ static inline CUmodule e2e_module_with_kernels(const char *const *names, int n)
   return mod;
 }
 
+/* cuInit, device 0 (*dev) with its primary context made current (*ctx), and a module of the
+ * named kernels (e2e_module_with_kernels, returned) whose functions go to fn[0..n). */
+static inline CUmodule e2e_context_with_kernels(CUdevice *dev, CUcontext *ctx,
+                                                const char *const *names, int n, CUfunction *fn)
+{
+  CUmodule mod;
+
+  CU(cuInit(0));
+  CU(cuDeviceGet(dev, 0));
+  CU(cuDevicePrimaryCtxRetain(ctx, *dev));
+  CU(cuCtxSetCurrent(*ctx));
+  mod = e2e_module_with_kernels(names, n);
+  for (int i = 0; i < n; i++)
+    CU(cuModuleGetFunction(&fn[i], mod, names[i]));
+  return mod;
+}
+
 /* One launch of a parameterless kernel: 1 block of 32 threads, no dynamic shared memory. */
 static inline void e2e_launch(CUfunction f, CUstream stream)
 {
