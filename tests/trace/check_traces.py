@@ -418,9 +418,21 @@ def rebuild(trace, path):
     # compares (ts, position)), and only then matches each END with the innermost open slice
     # of its track: a slice written after a neighbour it touches can close the wrong one.
     ordered.sort(key=lambda x: (x[0], x[1]))
+    active = set()  # flow ids started and not yet terminated, in the importer's order
     for ts, _, typ, uuid, rec in ordered:
         if typ == "TYPE_SLICE_BEGIN":
             open_[uuid].append(rec)
+            # track_event_parser + flow_tracker.cc: a flow id not active begins a flow, an
+            # active one steps it (an arrow from the previous slice); a terminating id that is
+            # not active is dropped (flow_end_without_start).
+            for f in rec["flow"]:
+                check(f not in active, f"{path}: flow {f} started again while active: Perfetto "
+                      "draws an arrow from the earlier slice")
+                active.add(f)
+            for f in rec["term"]:
+                check(f in active, f"{path}: flow {f} terminates before it starts in the "
+                      "sorted stream: Perfetto drops it")
+                active.discard(f)
         elif check(open_[uuid], f"{path}: END without BEGIN on track {uuid}"):
             b = open_[uuid].pop()
             check(ts >= b["ts"], f"{path}: END before BEGIN")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpuprof's trace validator: Perfetto's Chrome-JSON import rules, applied offline.
+r"""gpuprof's trace validator: Perfetto's Chrome-JSON import rules, applied offline.
 
 Usage: validate_trace.py FILE [--expect-json EXPECTATIONS] [--summary]
 
@@ -10,18 +10,21 @@ rules gpuprof's writer promises (docs/TRACES.md):
   file     starts with {" or [{" after whitespace; object form must be complete and have a
            traceEvents array and a metadata object with base_time_ns; array form may lack its
            closing bracket and have a trailing comma (a killed writer) -- reported as truncated
-  events   ph is a phase Perfetto imports; ts on every non-M event, a number or numeric
-           string, non-negative, at most 3 decimals, small enough that a double keeps the
-           nanosecond (below 2^53 ns: write relative to a base); X has dur >= 0; pid/tid are
-           integers in [0, 2^32)
+  events   no empty {} events; ph is a phase Perfetto imports; ts on every non-M event, a
+           number or numeric string, non-negative, at most 3 decimals, and Perfetto's double
+           (int part + fraction, then llround(x * 1000)) gives back the exact ns (write
+           relative to a base); X has dur >= 0; pid/tid are integers in [0, 2^32), a tid of 0
+           is the pid's (one track); no argument integer beyond int64 (it becomes a double);
+           no \u surrogate escapes (the parser rejects them)
   M        process_name/thread_name with a non-empty args.name, *_sort_index with an integer
            args.sort_index; every process and thread track that has events is named
   C        a non-empty args object whose values are all numbers
   nesting  slices (X, and B/E pairs) on each (pid, tid) track nest strictly: a slice that
            starts inside another ends inside it ([start, end) intervals); depth <= 512
-  flows    s/t/f carry id, cat and name and pair up by (id, cat, name);
-           an f without an s is an error (an s without an f only a warning: the GPU side
-           may lie outside the capture); f has "bp":"e"; each flow point lies inside a slice
+  flows    s/t/f carry id (an integer up to 2^63 - 1, or a hex string), cat and name and
+           pair up by (id, cat, name), each used once; an f without an s, or sorted before
+           its s ((ts, file order)), is an error (an s without an f only a warning: the GPU
+           side may lie outside the capture); f has "bp":"e"; each flow point lies inside a slice
            of its track and binds, as Perfetto binds it, to a slice that contains its ts --
            to the X written just before it on that track when that X starts at the flow's
            ts (gpuprof writes each flow event right after its slice). Perfetto binds
@@ -31,6 +34,22 @@ rules gpuprof's writer promises (docs/TRACES.md):
            later slice begins (SliceTracker::MaybeCloseStack, FlowTracker::End). So a
            slice written later that starts at the same ts inside the flow's slice (non-empty,
            or empty and written before the flow event) takes the arrow.
+
+Where each rule comes from in google/perfetto (re-check these after Perfetto changes):
+  src/trace_processor/util/json_parser.h: ParseNumber (int64, else double), StringToDouble,
+    UnescapeString (\u surrogates refused), ScanString
+  src/trace_processor/importers/json/json_trace_tokenizer.cc: CoerceToTs (llround),
+    ParseTraceEventContents (no ph, no ts, tid 0 -> pid, pid/tid CoerceToUint32, ExtractId:
+    int64 or string ids only), HandleTraceEvent (trailing comma, missing ]),
+    HandleDictionaryKey (traceEvents; displayTimeUnit counted and ignored; other keys,
+    metadata included, skipped), OnPushDataToSorter ("JSON trace file is incomplete")
+  src/trace_processor/importers/json/json_trace_parser.cc: ParseJsonPacket (phases, X needs
+    dur, C args, M names and sort_index, i scopes, s/t/f MaybeExtractFlowIdentifier: hex
+    strings), MaybeAddFlow (v2)
+  src/trace_processor/importers/common/flow_tracker.cc: Begin (flow_duplicate_id), End
+    (flow_end_without_start; v1 flows never closed), GetFlowIdForV1Event ((id, cat, name))
+  src/trace_processor/importers/common/slice_tracker.cc: MaybeCloseStack, GetTopmostSliceOnTrack
+  src/trace_processor/sorter/trace_sorter.h: tie order at equal ts
 
 --expect-json takes a JSON file of expectations (all keys optional):
   {"truncated": false,
@@ -52,6 +71,7 @@ import bisect
 import collections
 import gzip
 import json
+import math
 import re
 import sys
 
@@ -59,7 +79,7 @@ PHASES = set("XBEiIRCbensftMPT")
 IGNORED_BY_PERFETTO = set("SFpONDVvc()")
 M_NAMES = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
 MAX_DEPTH = 512
-TS_NS_LIMIT = 2**53  # ns beyond this do not survive the importer's double
+INT64_MAX = 2**63 - 1  # larger JSON integers become doubles (util/json_parser.h ParseNumber)
 
 
 class Number:
@@ -121,6 +141,13 @@ def load(path, rep):
     except UnicodeDecodeError as e:
         rep.error(f"not UTF-8: {e}")
         return None
+    if "\\u" in text:
+        # util/json_parser.h UnescapeString refuses \uD800-\uDFFF (no surrogate pairs): the
+        # event fails to parse. Write such characters as raw UTF-8.
+        m = re.search(r"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}", text)
+        if m:
+            rep.error(f"surrogate escape {m.group(0).lstrip(chr(92))!r} at offset {m.start()}: "
+                      "Perfetto's JSON parser rejects it")
     s = text.lstrip()
     if s.startswith('{"'):
         try:
@@ -165,6 +192,24 @@ def load(path, rep):
     return None
 
 
+def huge_int(v, key="args"):
+    """The key of the first integer in v outside int64, else None."""
+    if isinstance(v, Number):
+        if re.fullmatch(r"-?\d+", v.text) and not -2**63 <= int(v.text) <= INT64_MAX:
+            return key
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            r = huge_int(x, f"{key}.{k}")
+            if r:
+                return r
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            r = huge_int(x, f"{key}[{i}]")
+            if r:
+                return r
+    return None
+
+
 def as_int(v):
     if isinstance(v, Number) and re.fullmatch(r"\d+", v.text):
         return int(v.text)
@@ -197,10 +242,27 @@ def ts_ns(v, rep, where, field):
     if ns < 0:
         rep.error(f"{where}: negative {field} {text}")
         return None
-    if ns >= TS_NS_LIMIT and (m.group(3) or "").strip("0"):
-        rep.error(f"{where}: {field} {text} is too large for a double to keep nanoseconds; "
-                  "write timestamps relative to a base")
+    if m.group(3) is not None and perfetto_ns(m.group(2), m.group(3)) != ns:
+        rep.error(f"{where}: {field} {text} becomes {perfetto_ns(m.group(2), m.group(3))} ns "
+                  f"in Perfetto, not {ns}: a double cannot hold it to the nanosecond; write "
+                  "timestamps relative to a base")
     return ns
+
+
+def perfetto_ns(int_text, frac_text):
+    """The ns Perfetto's importer makes of a non-negative decimal "<int>.<frac>" (µs).
+
+    util/json_parser.h StringToDouble: double(int part) + double(fraction digits) / 10^n,
+    then json_trace_tokenizer.cc CoerceToTs: a whole double times 1000, else
+    llround(value * 1000.0). Python floats are the same IEEE doubles, so this is exact."""
+    v = float(int(int_text))
+    if frac_text:
+        v += float(int(frac_text)) / float(10 ** len(frac_text))
+    if v == math.trunc(v):
+        return int(v) * 1000
+    x = v * 1000.0
+    f = math.floor(x)
+    return int(f) + (1 if x - f >= 0.5 else 0)  # llround: halves away from zero
 
 
 def validate(path, rep):
@@ -237,6 +299,7 @@ def validate(path, rep):
             rep.error(f"{where}: not an object")
             continue
         if not ev:
+            rep.error(f"{where}: empty event (Perfetto counts json_tokenizer_failure)")
             continue
         ph = ev.get("ph")
         if not isinstance(ph, str) or not ph:
@@ -259,11 +322,19 @@ def validate(path, rep):
             if tid is None or tid >= 2**32:
                 rep.error(f"{where}: tid must be an integer in [0, 2^32)")
                 continue
+            if tid == 0 and pid != 0:
+                # json_trace_tokenizer.cc ParseTraceEventContents: a tid of 0 is "not set" and
+                # becomes the pid, so (pid, 0) and (pid, pid) are one thread track.
+                tid = pid
         name = ev.get("name")
         args = ev.get("args")
         if args is not None and not isinstance(args, dict):
             rep.error(f"{where}: args is not an object")
             args = None
+        big = huge_int(args)
+        if big is not None:
+            rep.error(f"{where}: argument {big} is beyond int64; Perfetto stores it as a rounded "
+                      "double")
 
         if ph == "M":
             if name not in M_NAMES:
@@ -344,7 +415,8 @@ def validate(path, rep):
                 counters[(pid, f"{name} {k}")].append((ts, plain(v)))
         elif ph in "stf":
             fid = ev.get("id")
-            if isinstance(fid, Number) and re.fullmatch(r"\d+", fid.text):
+            if isinstance(fid, Number) and re.fullmatch(r"\d+", fid.text) and \
+                    int(fid.text) <= INT64_MAX:
                 fid = int(fid.text)
             elif isinstance(fid, str):
                 try:
@@ -436,8 +508,11 @@ def validate(path, rep):
             # capture window or a size cap.
             rep.warn(f"flow id {key[0]} cat {key[1]!r}: start without an end")
         if len(pts["s"]) > 1 or len(pts["f"]) > 1:
-            rep.warn(f"flow id {key[0]} cat {key[1]!r}: id reused "
-                     f"({len(pts['s'])} starts, {len(pts['f'])} ends)")
+            # flow_tracker.cc: a v1 flow is never closed, so a second s is dropped
+            # (flow_duplicate_id) and a second f draws an arrow from the first s's slice.
+            rep.error(f"flow id {key[0]} cat {key[1]!r}: id reused "
+                      f"({len(pts['s'])} starts, {len(pts['f'])} ends); Perfetto drops the "
+                      "second start and links later ends to the first")
         for ph in "stf":
             for r in pts[ph]:
                 if not inside((r["pid"], r["tid"]), r["ts"]):
@@ -457,8 +532,13 @@ def validate(path, rep):
                                   "(a slice leaves the stack only when a later one begins)")
         if pts["s"] and pts["f"]:
             nflows += 1
-            if pts["f"][0]["ts"] < pts["s"][0]["ts"]:
-                rep.warn(f"flow id {key[0]}: ends before it starts")
+            s0, f0 = pts["s"][0], pts["f"][0]
+            if (f0["ts"], f0["i"]) < (s0["ts"], s0["i"]):
+                # The sorted stream reaches the end first: FlowTracker::End finds no start
+                # (flow_end_without_start) and the arrow is lost.
+                rep.error(f"event {f0['i']}: flow id {key[0]} ends before it starts "
+                          f"(end at {f0['ts']} ns, start event {s0['i']} at {s0['ts']} ns); "
+                          "Perfetto drops it")
 
     # Names for everything that has events.
     for pid in sorted(used_pids):
