@@ -170,7 +170,11 @@ static void add_label(struct pyroscope_labels *ls, const char *name, const char 
                source, name);
     return;
   }
-  ret = pyroscope_labels_add(ls, name, value);
+  /* On /ingest the server adds pyroscope_spy (from spyName) to the series: one label less. */
+  if (ingest && ls->n >= PYROSCOPE_MAX_LABELS - 1)
+    ret = -E2BIG;
+  else
+    ret = pyroscope_labels_add(ls, name, value);
   if (!ret || !warn)
     return;
   if (ret == -EINVAL)
@@ -178,10 +182,12 @@ static void add_label(struct pyroscope_labels *ls, const char *name, const char 
              "value is over 2048 bytes; leaving it out of the uploads",
              source, name);
   else if (ret == -EEXIST)
-    log_warn("%s: label '%s' is already set; leaving this one out of the uploads", source, name);
+    log_warn("%s: label '%s' is already set (Pyroscope reads '.' in label names as '_'); "
+             "leaving this one out of the uploads",
+             source, name);
   else if (ret == -E2BIG)
-    log_warn("%s: label '%s' would exceed Pyroscope's %d labels per series; leaving it out", source,
-             name, PYROSCOPE_MAX_LABELS);
+    log_warn("%s: label '%s' would exceed Pyroscope's %d labels per series%s; leaving it out",
+             source, name, PYROSCOPE_MAX_LABELS, ingest ? " (/ingest adds pyroscope_spy)" : "");
 }
 
 /* /ingest restricts the application name to [A-Za-z0-9_.-/]: replace anything else. */

@@ -63,14 +63,25 @@ const char *pyroscope_labels_get(const struct pyroscope_labels *ls, const char *
   return NULL;
 }
 
+/* Pyroscope turns '.' into '_' in label names (validation.disable-label-sanitization=false,
+ * the 1.x default) and refuses a series where two names then meet with different values. */
+static int same_sanitized(const char *a, const char *b)
+{
+  for (; *a && *b; a++, b++)
+    if (*a != *b && !((*a == '.' || *a == '_') && (*b == '.' || *b == '_')))
+      return 0;
+  return *a == *b;
+}
+
 int pyroscope_labels_add(struct pyroscope_labels *ls, const char *name, const char *value)
 {
   char *n, *v;
 
   if (!pyroscope_label_name_valid(name) || !value || strlen(value) > PYROSCOPE_MAX_VALUE)
     return -EINVAL;
-  if (pyroscope_labels_get(ls, name))
-    return -EEXIST;
+  for (size_t i = 0; i < ls->n; i++)
+    if (same_sanitized(ls->l[i].name, name))
+      return -EEXIST;
   if (ls->n == PYROSCOPE_MAX_LABELS)
     return -E2BIG;
   n = strdup(name);

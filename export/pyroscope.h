@@ -41,8 +41,9 @@ int pyroscope_label_name_valid(const char *name);
 /*
  * Adds a copy of name=value; in the copy every byte of the value that is not part of valid
  * UTF-8 is replaced by '?' (Pyroscope refuses a request with a label that is not UTF-8).
- * -EINVAL: invalid name or value over 2048 bytes; -EEXIST: the name is already in the set
- * (the first one wins); -E2BIG: the set is full; -ENOMEM.
+ * -EINVAL: invalid name or value over 2048 bytes; -EEXIST: the name, or one that differs only
+ * in '.' for '_' (the same label once Pyroscope sanitizes names), is already in the set (the
+ * first one wins); -E2BIG: the set is full; -ENOMEM.
  */
 int pyroscope_labels_add(struct pyroscope_labels *ls, const char *name, const char *value);
 const char *pyroscope_labels_get(const struct pyroscope_labels *ls, const char *name);

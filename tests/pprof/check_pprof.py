@@ -69,6 +69,24 @@ def go_env():
     return env
 
 
+def pyroscope_rules(path):
+    """What `go tool pprof` does not check but Pyroscope does (tests/pyroscope/receiver.py):
+    sample type names, UTF-8 strings, size and sample limits, every string index; and what it
+    would silently drop (negative values, numeric labels, locations it cannot resolve)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyroscope"))
+    from receiver import Reject, check_pprof
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        # The window time is checked at upload (the files of a test may be read much later),
+        # the sample limit there too (large windows are pushed in parts).
+        res = check_pprof(raw, 1 << 62, check_time=False)
+    except Reject as e:
+        raise AssertionError(f"{path}: Pyroscope would refuse it ({e.status}): {e}")
+    if res["lost"]:
+        raise AssertionError(f"{path}: Pyroscope would drop data: {res['lost']}")
+
+
 def read_profile(path):
     """go tool pprof -raw, parsed: header, sample types, samples (values, functions, labels)."""
     if not shutil.which("go"):
@@ -78,6 +96,7 @@ def read_profile(path):
                        capture_output=True, text=True, env=go_env(), timeout=120)
     if r.returncode != 0:
         raise AssertionError(f"go tool pprof -raw {path} failed ({r.returncode}): {r.stderr}")
+    pyroscope_rules(path)
     prof = {"path": path, "comments": [], "samples": [], "locations": {}, "mappings": [],
             "mapping_paths": {}}
     section = "header"

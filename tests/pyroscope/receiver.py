@@ -28,9 +28,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_PROFILE_BYTES = 4 << 20   # validation.max-profile-size-bytes
 MAX_SAMPLES = 16000           # max-profile-stacktrace-samples
+MAX_SAMPLE_LABELS = 100       # max-profile-stacktrace-sample-labels
 MAX_LABELS = 30               # max-label-names-per-series
+TENANT_CHARS = re.compile(r"^[A-Za-z0-9!\-_.*'()]{1,150}$")  # dskit tenant.ValidTenantID
 LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 METRIC_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
+UUID = re.compile(r"^(urn:uuid:)?\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?$")
 APP_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 
@@ -125,18 +128,23 @@ PROFILE = {
                          3: ("label", ("m", {1: ("key", "u"), 2: ("str", "u"), 3: ("num", "u"),
                                              4: ("num_unit", "u")}))})),
     3: ("mapping", ("m", {1: ("id", "u"), 5: ("filename", "u"), 6: ("build_id", "u")})),
-    4: ("location", ("m", {1: ("id", "u"), 2: ("mapping_id", "u"),
+    4: ("location", ("m", {1: ("id", "u"), 2: ("mapping_id", "u"), 3: ("address", "u"),
                            4: ("line", ("m", {1: ("function_id", "u"), 2: ("line", "u")}))})),
     5: ("function", ("m", {1: ("id", "u"), 2: ("name", "u"), 3: ("system_name", "u"),
                            4: ("filename", "u")})),
     6: ("string_table", "s"),
+    7: ("drop_frames", "u"),
+    8: ("keep_frames", "u"),
     9: ("time_nanos", "u"),
     10: ("duration_nanos", "u"),
     11: ("period_type", ("m1", VALUE_TYPE)),
+    13: ("comment", "pu"),
+    14: ("default_sample_type", "u"),
+    15: ("doc_url", "u"),
 }
 
 
-def check_pprof(raw, max_samples=MAX_SAMPLES):
+def check_pprof(raw, max_samples=MAX_SAMPLES, check_time=True):
     """Pyroscope's ValidateProfile and pprof's CheckValid; returns a summary of the profile."""
     data = raw
     if raw[:2] == b"\x1f\x8b":
@@ -168,7 +176,23 @@ def check_pprof(raw, max_samples=MAX_SAMPLES):
     samples = p.get("sample", [])
     if len(samples) > max_samples:
         raise Reject(400, f"{len(samples)} samples, over {max_samples}")
-    fn_ids, loc_ids = set(), set()
+    # Every string index the pprof decoder resolves: out of range is "malformed profile".
+    if "period_type" not in p:
+        raise Reject(400, "no period_type (the profile type id would end in '::')")
+    s(p["period_type"].get("type", 0), "period_type")
+    s(p["period_type"].get("unit", 0), "period_type unit")
+    for field in ("drop_frames", "keep_frames", "default_sample_type", "doc_url"):
+        s(p.get(field, 0), field)
+    for c in p.get("comment", []):
+        s(c, "comment")
+    map_ids, fn_ids, loc_ids = set(), set(), set()
+    for m in p.get("mapping", []):
+        mid = m.get("id", 0)
+        if mid == 0 or mid in map_ids:
+            raise Reject(400, f"mapping id {mid} zero or repeated")
+        map_ids.add(mid)
+        s(m.get("filename", 0), "mapping filename")
+        s(m.get("build_id", 0), "mapping build_id")
     functions = {}
     for f in p.get("function", []):
         fid = f.get("id", 0)
@@ -176,7 +200,12 @@ def check_pprof(raw, max_samples=MAX_SAMPLES):
             raise Reject(400, f"function id {fid} zero or repeated")
         fn_ids.add(fid)
         functions[fid] = s(f.get("name", 0), "function name")
+        s(f.get("system_name", 0), "function system_name")
         s(f.get("filename", 0), "function filename")
+    # What Pyroscope's normalisation (pkg/pprof/pprof.go Normalize, sanitizeProfile) silently
+    # throws away from an accepted profile: the tests require none of it (Receiver.accepted).
+    lost = []
+    dropped_locs = set()
     for loc in p.get("location", []):
         lid = loc.get("id", 0)
         if lid == 0 or lid in loc_ids:
@@ -185,29 +214,58 @@ def check_pprof(raw, max_samples=MAX_SAMPLES):
         for line in loc.get("line", []):
             if line.get("function_id", 0) not in fn_ids:
                 raise Reject(400, f"location {lid}: line with unknown function")
-    leaves = []
+        mid = loc.get("mapping_id", 0)
+        if not loc.get("line") and not loc.get("address", 0):
+            dropped_locs.add(lid)
+            lost.append(f"location {lid} has neither lines nor an address: its samples are dropped")
+        elif mid and mid not in map_ids:
+            dropped_locs.add(lid)
+            lost.append(f"location {lid} refers to mapping {mid}, which does not exist: its "
+                        "samples are dropped")
+    leaves, kept = [], []
+    zero = 0
     for smp in samples:
-        if len(smp.get("value", [])) != len(types):
+        vals = [v - (1 << 64) if v >= 1 << 63 else v for v in smp.get("value", [])]
+        smp["value"] = vals
+        if len(vals) != len(types):
             raise Reject(400, "sample value count differs from sample_type count")
         locs = smp.get("location_id", [])
         for lid in locs:
             if lid not in loc_ids:
                 raise Reject(400, f"sample has unknown location {lid}")
-        for lab in smp.get("label", []):
+        labels = smp.get("label", [])
+        if len(labels) > MAX_SAMPLE_LABELS:
+            raise Reject(400, f"a sample has {len(labels)} labels, over {MAX_SAMPLE_LABELS}")
+        for lab in labels:
             s(lab.get("key", 0), "label key")
             s(lab.get("str", 0), "label str")
+            s(lab.get("num_unit", 0), "label num_unit")
+            if not lab.get("str", 0):
+                lost.append(f"sample label '{st[lab.get('key', 0)]}' has no string value: dropped")
+        if any(v < 0 for v in vals):
+            lost.append(f"a sample with a negative value {vals} is dropped")
+            continue
+        if not any(v > 0 for v in vals):
+            zero += 1  # all zero: dropped, but nothing is lost
+            continue
+        if dropped_locs.intersection(locs):
+            continue
+        kept.append(smp)
         if locs:
             leaves.append(locs[0])
     loc_fn = {loc["id"]: [functions[line["function_id"]] for line in loc.get("line", [])]
               for loc in p.get("location", [])}
     t = p.get("time_nanos", 0)
+    t = t - (1 << 64) if t >= 1 << 63 else t
     now = time.time_ns()
-    if t and not (now - 3600 * 10**9 <= t <= now + 600 * 10**9):
-        raise Reject(400, f"time_nanos {t} outside [now-1h, now+10m]")
-    if "period_type" not in p:
-        raise Reject(400, "no period_type (the profile type id would end in '::')")
-    sums = [sum(smp.get("value", [0] * len(types))[i] for smp in samples) for i in range(len(types))]
+    # validation.go ingestionWindow.valid: strictly after now-1h and strictly before now+10m.
+    if check_time and t > 0 and not (now - 3600 * 10**9 < t < now + 600 * 10**9):
+        raise Reject(400, f"time_nanos {t} outside (now-1h, now+10m)")
+    # The values as stored: what Pyroscope keeps after dropping samples (sums of all samples
+    # would hide a dropped one).
+    sums = [sum(smp["value"][i] for smp in kept) for i in range(len(types))]
     return {"sample_types": names, "n_samples": len(samples), "value_sums": sums,
+            "zero_samples": zero, "lost": lost[:10],
             "functions": sorted(set(functions.values())),
             "leaf_functions": [f for lid in leaves for f in loc_fn.get(lid, [])[:1]],
             "time_nanos": t, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
@@ -223,10 +281,20 @@ def check_labels(labels):
     if len(set(names)) != len(names):
         raise Reject(400, f"duplicate label names in {names}")
     for n, v in zip(names, values):
-        if not LABEL_NAME.match(n) or len(n) > 1024:
+        # Go's len(): bytes, not characters.
+        if not LABEL_NAME.match(n) or len(n.encode()) > 1024:
             raise Reject(400, f"invalid label name '{n}'")
-        if len(v) > 2048:
+        if len(v.encode()) > 2048:
             raise Reject(400, f"label '{n}' value too long")
+    # Pyroscope (validation.disable-label-sanitization=false, the 1.x default) turns '.' into
+    # '_' and then refuses two labels that meet with different values (same values merge).
+    seen = {}
+    for n, v in zip(names, values):
+        k = n.replace(".", "_")
+        if k in seen and seen[k] != v:
+            raise Reject(400, f"duplicate label name '{k}' after label name sanitization "
+                              f"from '{n}'")
+        seen[k] = v
     d = dict(zip(names, values))
     if not METRIC_NAME.match(d.get("__name__", "")):
         raise Reject(400, "invalid metric name (missing or bad __name__)")
@@ -245,6 +313,8 @@ def parse_ingest_name(name):
             if "=" not in kv:
                 raise Reject(400, f"bad label '{kv}' in name={name!r}")
             k, v = kv.split("=", 1)
+            # labelset.Parse trims both (strings.TrimSpace): the stored value is the trimmed one.
+            k, v = k.strip(), v.strip()
             if not LABEL_NAME.match(k) or k.startswith("__"):
                 raise Reject(400, f"invalid label name '{k}' in name={name!r}")
             labels[k] = v
@@ -297,6 +367,9 @@ class Handler(BaseHTTPRequestHandler):
     def check_auth(self):
         a = self.server.args
         tenant = self.headers.get("X-Scope-OrgID")
+        # dskit tenant.ValidTenantID (a multi-tenant server refuses others with 401).
+        if tenant is not None and (not TENANT_CHARS.match(tenant) or tenant in (".", "..")):
+            raise Reject(401, f"X-Scope-OrgID {tenant!r} is not a valid tenant ID")
         if a.tenant and tenant != a.tenant:
             raise Reject(401, f"X-Scope-OrgID is {tenant!r}, expected {a.tenant!r}")
         auth = self.headers.get("Authorization")
@@ -318,6 +391,9 @@ class Handler(BaseHTTPRequestHandler):
             for series in req.get("series", []):
                 labels = check_labels(series.get("labels", []))
                 for smp in series.get("samples", []):
+                    sid = smp.get("id", [""])[0]
+                    if sid and not UUID.match(sid):
+                        raise Reject(400, f"RawSample.ID {sid!r} is not a UUID")
                     prof = check_pprof(smp.get("raw_profile", b""), self.server.args.max_samples)
                     out.append({"api": "push", "labels": labels, **meta, **prof})
             if not out:
@@ -337,6 +413,9 @@ class Handler(BaseHTTPRequestHandler):
                 b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + body)
             raw = None
             for part in msg.iter_parts():
+                if part.get_param("name", header="content-disposition") == "prev_profile":
+                    # pkg/og/convert/pprof: a cumulative (Go < 1.x SDK) upload is refused.
+                    raise Reject(422, "part 'prev_profile': unsupported client version")
                 if part.get_param("name", header="content-disposition") != "profile":
                     continue
                 if not part.get_filename():
@@ -345,11 +424,24 @@ class Handler(BaseHTTPRequestHandler):
                 raw = part.get_payload(decode=True)
             if raw is None:
                 raise Reject(422, "no 'profile' file part")
-            prof = check_pprof(raw, self.server.args.max_samples)
+            try:
+                prof = check_pprof(raw, self.server.args.max_samples)
+            except Reject as r:
+                # ingest_handler.go: a profile that fails conversion or validation is a 422.
+                raise Reject(422, str(r))
             for k in ("from", "until"):
                 if k in q and not q[k][0].isdigit():
                     raise Reject(400, f"{k}={q[k][0]!r}")
             labels["__name__"] = prof["sample_types"][-1]  # the server's guess (§2.2)
+            if q.get("spyName", [""])[0] in ("pyspy", "rbspy", "scripting"):
+                prof["lost"].append("spyName makes the server rewrite the function names")
+            # The series the server then validates like a /push one (pkg/og/convert/pprof
+            # createLabels adds __delta__ and pyroscope_spy from spyName).
+            full = dict(labels, __delta__="false", pyroscope_spy=q.get("spyName", ["unknown"])[0])
+            try:
+                check_labels([{"name": [k], "value": [v]} for k, v in full.items()])
+            except Reject as r:
+                raise Reject(422, str(r))
             return [{"api": "ingest", "labels": labels, **meta, **prof,
                      "from": int(q.get("from", ["0"])[0]), "until": int(q.get("until", ["0"])[0])}]
         raise Reject(404, f"no such endpoint {url.path}")

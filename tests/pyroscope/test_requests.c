@@ -37,6 +37,12 @@ static void test_labels_add(void)
   CHECK_EQ(pyroscope_labels_add(&ls, "service_name", "other"), (unsigned long long)-EEXIST);
   CHECK_STR(pyroscope_labels_get(&ls, "service_name"), "app");
   CHECK_EQ(pyroscope_labels_add(&ls, "bad-key", "v"), (unsigned long long)-EINVAL);
+  /* Pyroscope reads '.' in a name as '_': "k8s.pod" and "k8s_pod" would be one label. */
+  CHECK_EQ(pyroscope_labels_add(&ls, "k8s.pod", "a"), 0);
+  CHECK_EQ(pyroscope_labels_add(&ls, "k8s_pod", "b"), (unsigned long long)-EEXIST);
+  CHECK_EQ(pyroscope_labels_add(&ls, "k8s.po", "b"), 0);
+  pyroscope_labels_pop(&ls);
+  pyroscope_labels_pop(&ls);
   /* Latin-1 and a truncated sequence become '?'; valid UTF-8 stays as it is. */
   CHECK_EQ(pyroscope_labels_add(&ls, "team", "\xe9t\xe9-\xc3\xa9-\xe2\x82"), 0);
   CHECK_STR(pyroscope_labels_get(&ls, "team"), "?t?-\xc3\xa9-??");
