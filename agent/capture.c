@@ -226,7 +226,8 @@ static struct {
   int gpu_only;
   const char *trigger;
   char path[CONFIG_PATH_MAX];
-  char stem[CONFIG_PATH_MAX]; /* path without its suffix: the profiles' name stem */
+  char stem[CONFIG_PATH_MAX];  /* path without its suffix: the profiles' name stem */
+  struct files_stem stem_lock; /* held from the file's creation to the capture's end */
   uint64_t mem_base[MAX_DEVICES];
   uint64_t dropped_at_start, zero_ts_at_start;
   uint64_t duration_ns; /* as planned (the profiles' window) */
@@ -240,6 +241,7 @@ static struct {
 } cap = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .done = PTHREAD_COND_INITIALIZER,
+    .stem_lock = {.fd = -1},
 };
 
 /* Worker-thread-only state of the capture being written. */
@@ -319,27 +321,53 @@ static enum trace_format to_trace_format(int f)
   }
 }
 
-/*
- * gpuprof-<host>-<pid>-<UTC time>-capture<suffix>, or with "-<id>" before the suffix if that
- * exists (two captures in one second). Written under its final name, not a temporary one: a
- * capture killed with its process must stay where users and `gpuprof list` look.
- */
-static int make_path(const char *dir, enum trace_format f, uint64_t id, uint64_t now_ns, char *out,
-                     size_t len)
+/* Ends the claim on the capture's stem; unlink_trace: first removes the trace file (a start
+ * that failed after creating it). */
+static void release_stem(int unlink_trace)
 {
-  char name[320], stamp[32];
-  int n;
+  if (unlink_trace && cap.stem_lock.fd >= 0 && cap.path[0])
+    unlink(cap.path);
+  files_stem_release(&cap.stem_lock);
+}
 
+/*
+ * Creates the trace file, empty: gpuprof-<host>-<pid>-<UTC time>-capture<suffix>, or with
+ * "-<id>" (then "-<id>.<k>") before the suffix when that stem is taken: by a capture of this
+ * process in the same second, or by an agent with the same host name and pid writing into the
+ * same directory (containers of a pod, each its own pid namespace, given one --output). The
+ * stem stays locked until the capture ends, so its profiles (<stem>-gpu_time.pb.gz, ...) are
+ * ours alone too, and no existing file is truncated or replaced. Written under its final
+ * name, not a temporary one: a capture killed with its process must stay where users and
+ * `gpuprof list` look.
+ */
+static int make_path(const char *dir, enum trace_format f, uint64_t id, uint64_t now_ns)
+{
+  static const enum trace_format formats[] = {TRACE_FORMAT_JSON, TRACE_FORMAT_JSON_GZ,
+                                              TRACE_FORMAT_PERFETTO};
+  char name[320], stamp[32], base[400], prof[PROFILES_KIND_COUNT][32];
+  const char *others[3 + PROFILES_KIND_COUNT + 1];
+  size_t n = 0;
+  int ret;
+
+  for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
+    others[n++] = trace_format_suffix(formats[i]);
+  for (int k = 0; k < PROFILES_KIND_COUNT; k++) {
+    snprintf(prof[k], sizeof(prof[k]), "-%s.pb.gz", profiles_kind_name(k));
+    others[n++] = prof[k];
+  }
+  others[n] = NULL;
   files_name(name, sizeof(name));
   files_utc_stamp(now_ns, stamp, sizeof(stamp));
-  n = snprintf(out, len, "%s/gpuprof-%s-%s-capture%s", dir, name, stamp, trace_format_suffix(f));
-  if (n < 0 || (size_t)n >= len)
+  snprintf(base, sizeof(base), "gpuprof-%s-%s-capture", name, stamp);
+  ret = files_stem_create(&cap.stem_lock, dir, base, id, trace_format_suffix(f), others, cap.stem,
+                          sizeof(cap.stem));
+  if (ret)
+    return ret;
+  if ((size_t)snprintf(cap.path, sizeof(cap.path), "%s%s", cap.stem, trace_format_suffix(f)) >=
+      sizeof(cap.path)) {
+    cap.path[0] = '\0'; /* not reached: files_stem_create checked stem + suffix fits PATH_MAX */
+    release_stem(0);
     return -ENAMETOOLONG;
-  if (access(out, F_OK) == 0) {
-    n = snprintf(out, len, "%s/gpuprof-%s-%s-capture-%llu%s", dir, name, stamp,
-                 (unsigned long long)id, trace_format_suffix(f));
-    if (n < 0 || (size_t)n >= len)
-      return -ENAMETOOLONG;
   }
   return 0;
 }
@@ -417,13 +445,15 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
     snprintf(err, err_len, "cannot create the output directory %s: %s", dir, strerror(-ret));
     goto out;
   }
-  ret = make_path(dir, fmt, id, now, cap.path, sizeof(cap.path));
+  cap.path[0] = '\0';
+  ret = make_path(dir, fmt, id, now);
   if (ret) {
-    snprintf(err, err_len, "the output directory name is too long: %s", dir);
+    if (ret == -ENAMETOOLONG)
+      snprintf(err, err_len, "the output directory name is too long: %s", dir);
+    else
+      snprintf(err, err_len, "cannot create a capture file in %s: %s", dir, strerror(-ret));
     goto out;
   }
-  snprintf(cap.stem, sizeof(cap.stem), "%.*s",
-           (int)(strlen(cap.path) - strlen(trace_format_suffix(fmt))), cap.path);
   read_cmdline(cmdline, sizeof(cmdline));
   files_hostname(host, sizeof(host));
   snprintf(pname, sizeof(pname), "%s (%d)", program_invocation_short_name, (int)getpid());
@@ -516,6 +546,7 @@ out:
   if (w)
     trace_writer_close(w);
   if (ret) {
+    release_stem(1);
     pthread_mutex_lock(&cap.lock);
     cap.switching = 0;
     cap.st.last_error = ret;
@@ -1057,6 +1088,8 @@ static void finish(void)
   struct worker_stats ws;
   uint64_t dropped, ring_dropped, end_ns, id;
   char path[CONFIG_PATH_MAX];
+  struct stat st;
+  uint64_t bytes;
   int ret, cap_hit, error;
 
   drain_rings();
@@ -1084,7 +1117,11 @@ static void finish(void)
   ret = trace_writer_close(wk.w);
   if (ret && !error)
     error = ret;
+  /* The writer's count misses its last buffer and the gzip trailer, written by the close:
+   * what is reported is what is on disk. */
+  bytes = stat(cap.path, &st) == 0 ? (uint64_t)st.st_size : ts.bytes;
   profile_finish(end_ns);
+  release_stem(0);
   /* On demand the rate is measured only while a capture collects: this one's. */
   if (cap.cfg->mode == CONFIG_MODE_ONDEMAND && end_ns >= wk.start_ns + 1000000ull)
     atomic_store_explicit(&cap.gpu_rate,
@@ -1106,7 +1143,7 @@ static void finish(void)
   cap.st.state = CAPTURE_IDLE;
   cap.st.ends_ns = end_ns;
   cap.st.events = ts.events;
-  cap.st.bytes = ts.bytes;
+  cap.st.bytes = bytes;
   cap.st.dropped = dropped + ring_dropped + ts.discarded;
   cap.st.truncated = cap_hit;
   cap.st.last_error = error;
@@ -1130,7 +1167,7 @@ static void finish(void)
              (unsigned long long)ts.discarded, path);
   else
     log_info("capture %llu finished: %llu events, %llu bytes in %s", (unsigned long long)id,
-             (unsigned long long)ts.events, (unsigned long long)ts.bytes, path);
+             (unsigned long long)ts.events, (unsigned long long)bytes, path);
 }
 
 static void on_tick(void *arg, uint64_t now_ns)
@@ -1292,6 +1329,7 @@ void capture_forget(void)
   int sig = cap.cfg ? cap.cfg->capture_signal : 0;
 
   cap.forked = 1;
+  files_stem_forget(&cap.stem_lock);
   /* The child of a fork: the pipe's reader is the parent's signal thread. The child never
    * captures, so the signal gets its default action back (the application had none). */
   if (sig_pipe[1] < 0)

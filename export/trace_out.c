@@ -257,7 +257,9 @@ int trace_out_open(struct trace_out *o, const char *path, int gzip, int level)
     if (rc)
       return rc;
   }
-  o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* Never through a link. Captures (agent/capture.c) pass a file they have just created
+   * empty with O_EXCL and own the name of, so the truncation drops nothing. */
+  o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (o->fd < 0)
     return o->err = -errno;
   if (gzip)

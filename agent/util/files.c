@@ -1,4 +1,4 @@
-/* Output files: directories, the names every output file shares, one warning per process. */
+/* Output files: directories, the names output files share, capture stems, one warning. */
 #include "agent/util/files.h"
 
 #include <errno.h>
@@ -58,17 +58,48 @@ static struct {
 
 #define MAX_SAME_NAME 64
 
+int files_lock(const char *path)
+{
+  for (int tries = 0; tries < 8; tries++) {
+    struct stat by_fd, by_path;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+
+    if (fd < 0)
+      return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+      int err = errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
+      close(fd);
+      return err;
+    }
+    /* Locked, but the file may have been removed by its exiting owner between our open and
+     * our lock: then it is not the name's lock any more, and a newcomer may hold the new one. */
+    if (fstat(fd, &by_fd) == 0 && stat(path, &by_path) == 0 && by_fd.st_ino == by_path.st_ino &&
+        by_fd.st_dev == by_path.st_dev)
+      return fd;
+    close(fd);
+  }
+  return -EWOULDBLOCK;
+}
+
+void files_unlock(int fd, const char *path)
+{
+  if (fd < 0)
+    return;
+  /* Removed while still locked: a process opening it now finds it gone after locking (the
+   * check in files_lock) and tries again. */
+  unlink(path);
+  close(fd);
+}
+
 void files_claim_name(const char *dir)
 {
   char host[256], name[sizeof(claim.name)], path[PATH_MAX];
   pid_t pid = getpid();
-  int retries = 0;
 
   files_hostname(host, sizeof(host));
   if (files_mkdir_p(dir, 0755))
     return;
   for (int n = 1; n <= MAX_SAME_NAME; n++) {
-    struct stat by_fd, by_path;
     int fd;
 
     if (n == 1)
@@ -77,24 +108,11 @@ void files_claim_name(const char *dir)
       snprintf(name, sizeof(name), "%s-%d.%d", host, (int)pid, n);
     if ((size_t)snprintf(path, sizeof(path), "%s/.gpuprof-%s.lock", dir, name) >= sizeof(path))
       return;
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    fd = files_lock(path);
+    if (fd == -EWOULDBLOCK)
+      continue; /* a live process has this name */
     if (fd < 0)
       return; /* an unusable directory: the plain name, as without a claim */
-    if (flock(fd, LOCK_EX | LOCK_NB)) {
-      close(fd);
-      if (errno != EWOULDBLOCK)
-        return;
-      continue; /* a live process has this name */
-    }
-    /* Locked, but the file may have been removed by its exiting owner between our open and
-     * our lock: then it is not the name's lock any more. */
-    if (fstat(fd, &by_fd) || stat(path, &by_path) || by_fd.st_ino != by_path.st_ino ||
-        by_fd.st_dev != by_path.st_dev) {
-      close(fd);
-      if (++retries < 8)
-        n--;
-      continue;
-    }
     claim.fd = fd;
     claim.pid = pid;
     snprintf(claim.name, sizeof(claim.name), "%s", name);
@@ -119,11 +137,96 @@ void files_release_name(void)
 {
   if (claim.fd < 0 || claim.pid != getpid())
     return;
-  /* Removed while still locked: a process opening it now finds it gone after locking (the
-   * check above) and tries again. */
-  unlink(claim.lock_path);
-  close(claim.fd);
+  files_unlock(claim.fd, claim.lock_path);
   claim.fd = -1;
+}
+
+/* Whether any of the stem's files exists (a dangling link counts: it is never followed). */
+static int stem_taken(char *path, size_t len, const char *stem, const char *const *suffixes)
+{
+  struct stat st;
+
+  for (; *suffixes; suffixes++) {
+    if ((size_t)snprintf(path, len, "%s%s", stem, *suffixes) >= len)
+      return -ENAMETOOLONG;
+    if (lstat(path, &st) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+int files_stem_create(struct files_stem *s, const char *dir, const char *base, uint64_t id,
+                      const char *suffix, const char *const *others, char *stem, size_t len)
+{
+  char cand[PATH_MAX], path[PATH_MAX];
+  int ret = -EEXIST;
+
+  s->fd = -1;
+  for (int k = 0; k <= MAX_SAME_NAME; k++) {
+    const char *leaf;
+    int n, fd;
+
+    if (k == 0)
+      n = snprintf(cand, sizeof(cand), "%s/%s", dir, base);
+    else if (k == 1)
+      n = snprintf(cand, sizeof(cand), "%s/%s-%llu", dir, base, (unsigned long long)id);
+    else
+      n = snprintf(cand, sizeof(cand), "%s/%s-%llu.%d", dir, base, (unsigned long long)id, k);
+    if (n < 0 || (size_t)n >= sizeof(cand) || (size_t)n >= len)
+      return -ENAMETOOLONG;
+    leaf = cand + strlen(dir) + 1;
+    if ((size_t)snprintf(s->lock_path, sizeof(s->lock_path), "%s/.%s.lock", dir, leaf) >=
+        sizeof(s->lock_path))
+      return -ENAMETOOLONG;
+    s->fd = files_lock(s->lock_path);
+    if (s->fd == -EWOULDBLOCK)
+      continue; /* another live capture writes this stem's files */
+    if (s->fd == -EACCES || s->fd == -EPERM) {
+      ret = s->fd; /* a stale lock of another user's (a shared /tmp): the next name */
+      continue;
+    }
+    if (s->fd < 0) {
+      ret = s->fd;
+      goto out;
+    }
+    /* Files of a finished capture (or of one whose process was killed): never replaced. */
+    ret = stem_taken(path, sizeof(path), cand, others);
+    if (ret == 0) {
+      if ((size_t)snprintf(path, sizeof(path), "%s%s", cand, suffix) >= sizeof(path)) {
+        ret = -ENAMETOOLONG;
+      } else {
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+          close(fd);
+          snprintf(stem, len, "%s", cand);
+          return 0;
+        }
+        ret = errno == EEXIST ? 1 : -errno;
+      }
+    }
+    files_unlock(s->fd, s->lock_path);
+    if (ret < 0)
+      goto out;
+    ret = -EEXIST;
+  }
+  /* Every name taken (or, with EACCES, a directory we may not write to). */
+out:
+  s->fd = -1;
+  return ret;
+}
+
+void files_stem_release(struct files_stem *s)
+{
+  files_unlock(s->fd, s->lock_path);
+  s->fd = -1;
+}
+
+void files_stem_forget(struct files_stem *s)
+{
+  /* Only our copy of the descriptor: the lock itself stays the parent's. */
+  if (s->fd >= 0)
+    close(s->fd);
+  s->fd = -1;
 }
 
 void files_utc_stamp(uint64_t ns, char *buf, size_t len)

@@ -209,6 +209,18 @@ def summary():
         return json.load(f)
 
 
+def check_reported_size(path, err):
+    """Every size the agent reports for a finished capture is the file's size on disk: the
+    summary's captures.last.bytes and the stderr line "capture N finished: E events, B bytes
+    in PATH" (the writer's own count misses the last buffer and the gzip trailer)."""
+    size = os.path.getsize(path)
+    last = summary().get("captures", {}).get("last", {})
+    check(last.get("bytes") == size,
+          f"{path}: summary captures.last.bytes {last.get('bytes')}, file size {size}")
+    said = re.findall(r"capture \d+ finished: \d+ events, (\d+) bytes in (\S+)", err)
+    check(said == [(str(size), path)], f"{path}: finished lines {said}, file size {size}")
+
+
 # ---------------------------------------------------------------- normalized content
 
 def content_json(path):
@@ -364,6 +376,7 @@ def case_basic_json(a):
     # Every launch with its stack: with sampled stacks a kernel none of whose launches was
     # sampled is absent from the gpu_time profile (and with it, maybe the whole file).
     rc, out, err = run(["basic"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
+                                           "GPUPROF_LOG": "info",
                                            "GPUPROF_TRACE_FORMAT": "json",
                                            "GPUPROF_STACKS": "all"})
     check(rc == 0 and "basic: done" in out, f"program exited {rc}")
@@ -371,6 +384,7 @@ def case_basic_json(a):
     if path:
         # The process exited 59 s before the capture's end: its file was finished at exit.
         check_json_basic(path, "start")
+        check_reported_size(path, err)
     st = summary().get("captures", {})
     want = [path] + [f"{stem_of(path)}-{k}.pb.gz" for k in PROFILE_KINDS] if path else None
     check(st.get("count") == 1 and st.get("last", {}).get("files") == want and
@@ -379,19 +393,24 @@ def case_basic_json(a):
 
 def case_gzip(a):
     rc, out, err = run(["basic"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
+                                           "GPUPROF_LOG": "info",
                                            "GPUPROF_TRACE_FORMAT": "json.gz"})
     check(rc == 0, f"program exited {rc}")
     path = one_trace(".json.gz")
     if path:
         check_json_basic(path, "start")
+        check_reported_size(path, err)
 
 
 def case_perfetto(a):
     """The native encoding of a run has the content of the JSON encoding of the same run."""
     rc, out, err = run(["basic"], a.prog, {"GPUPROF_CAPTURE_ON_START": "60s",
+                                           "GPUPROF_LOG": "info",
                                            "GPUPROF_TRACE_FORMAT": "perfetto"})
     check(rc == 0, f"program exited {rc}")
     path = one_trace(".pftrace")
+    if path:
+        check_reported_size(path, err)
     if not path or not check(a.protoc, "protoc not found (Debian package protobuf-compiler)"):
         return
     c = content_pftrace(path, a.proto, a.protoc)

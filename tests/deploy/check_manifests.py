@@ -252,9 +252,10 @@ def check_prune(name, container):
                 f.write("#!/bin/sh\nexit 0\n")
             os.chmod(os.path.join(bindir, tool), 0o755)
         kinds = ("gpu_time", "gpu_memory", "memcpy")
-        # Ten captures, oldest first; two of them share a second (the agent's -<id> name).
+        # Eleven captures, oldest first; three share a second (-<id>, then -<id>.<k> names).
         stems = [f"gpuprof-h-1-2026112{i // 2}T00000{i % 2}Z-capture" for i in range(9)]
         stems.insert(5, stems[4] + "-2")
+        stems.insert(6, stems[5] + ".2")  # the same stem taken by another agent too
         others = ["gpuprof-h-1-summary.json", "gpuprof-h-1-gpu_time-20261120T000000Z.pb.gz"]
         for age, stem in enumerate(reversed(stems)):
             for f in [stem + ".pftrace"] + [f"{stem}-{k}.pb.gz" for k in kinds]:
