@@ -498,45 +498,56 @@ out:
   return ret;
 }
 
-/* The lowest start of a mapping in (from, end), or 0 if none. The table is keyed by start, so
- * this scans it; only an unmapped gap inside an unmap's range (or a range the agent never saw
- * mapped) gets here, never the usual unmap of one mapping or of back-to-back ones. */
-static uint64_t vmm_next_mapping(const struct alloc_map *m, uint64_t from, uint64_t end)
+/* Up to max starts of mappings in [from, end), any of them; how many. The table is keyed by
+ * start, so this scans it; only an unmapped gap inside an unmap's range (or a range the agent
+ * never saw mapped) gets here, never the usual unmap of one mapping or of back-to-back ones. */
+static size_t vmm_mappings_in(const struct alloc_map *m, uint64_t from, uint64_t end,
+                              uint64_t *keys, size_t max)
 {
-  uint64_t next = 0;
+  size_t n = 0;
 
   if (!m->n_maps)
     return 0;
-  for (size_t i = 0; i < m->cap; i++) {
+  for (size_t i = 0; i < m->cap && n < max; i++) {
     const struct slot *s = &m->slots[i];
-    if (s->space == SP(SPACE_VMM_MAP) && s->key > from && s->key < end && (!next || s->key < next))
-      next = s->key;
+    if (s->space == SP(SPACE_VMM_MAP) && s->key >= from && s->key < end)
+      keys[n++] = s->key;
   }
-  return next;
+  return n;
 }
 
+/* cuMemUnmap takes whole mappings: every one inside the range goes, back to back or with
+ * never-mapped space around them (a reservation unmapped as a whole). */
 int alloc_map_vmm_unmap(struct alloc_map *m, uint64_t va, uint64_t size)
 {
-  uint64_t end = va + size < va ? UINT64_MAX : va + size;
+  uint64_t end = va + size < va ? UINT64_MAX : va + size, keys[256];
+  size_t k;
   int n = 0;
 
   pthread_mutex_lock(&m->lock);
-  /* cuMemUnmap takes whole mappings: every one inside the range goes, back to back or with
-   * never-mapped space around them (a reservation unmapped as a whole). */
+  /* Back-to-back mappings from va: one probe each. */
   while (va < end) {
     size_t i = probe(m, SP(SPACE_VMM_MAP), va);
     uint64_t len = m->slots[i].size;
 
-    if (!m->slots[i].space || !len) {
-      if (!(va = vmm_next_mapping(m, va, end)))
-        break;
-      continue;
-    }
+    if (!m->slots[i].space || !len)
+      break;
     vmm_drop_mapping(m, i);
     n++;
     if (va + len < va)
       break;
     va += len;
+  }
+  /* A gap: the rest are found by scanning, many per scan (one scan per mapping would hold the
+   * lock for seconds when a range holds thousands of mappings with gaps between them). */
+  while (va < end && (k = vmm_mappings_in(m, va, end, keys, sizeof(keys) / sizeof(keys[0])))) {
+    for (size_t j = 0; j < k; j++) {
+      size_t i = probe(m, SP(SPACE_VMM_MAP), keys[j]);
+      if (m->slots[i].space) {
+        vmm_drop_mapping(m, i);
+        n++;
+      }
+    }
   }
   pthread_mutex_unlock(&m->lock);
   return n;

@@ -133,6 +133,39 @@ static void read_build_id(const struct dl_phdr_info *info, struct sym_module *m)
   }
 }
 
+/*
+ * The file mapped at addr, from /proc/self/maps. The main program's file: /proc/self/exe names
+ * the loader instead when the program was started through it (`ld-linux-x86-64.so.2 ./prog`),
+ * and its symbols would then be read from the loader's file.
+ */
+static int mapped_file(uint64_t addr, char *buf, size_t len)
+{
+  FILE *f = fopen("/proc/self/maps", "re");
+  char line[PATH_MAX + 128];
+  int ret = -ENOENT;
+
+  if (!f)
+    return -errno;
+  while (fgets(line, sizeof(line), f)) {
+    unsigned long long lo, hi;
+    int off = 0;
+    size_t n;
+
+    if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &lo, &hi, &off) < 2 || !off || addr < lo ||
+        addr >= hi)
+      continue;
+    n = strcspn(line + off, "\n");
+    if (line[off] == '/' && n < len) {
+      memcpy(buf, line + off, n);
+      buf[n] = '\0';
+      ret = 0;
+    }
+    break;
+  }
+  fclose(f);
+  return ret;
+}
+
 static int on_module(struct dl_phdr_info *info, size_t size, void *data)
 {
   struct symbolizer *s = data;
@@ -174,10 +207,14 @@ static int on_module(struct dl_phdr_info *info, size_t size, void *data)
     }
   if (!path || !path[0]) {
     /* The main program (dl_iterate_phdr names it ""), or the vDSO (no file). */
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (s->n_mods > 0 || n <= 0)
+    ssize_t n;
+    if (s->n_mods > 0)
       return 0;
-    exe[n] = '\0';
+    if (mapped_file(m.lo, exe, sizeof(exe)) != 0) {
+      if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) <= 0)
+        return 0;
+      exe[n] = '\0';
+    }
     path = exe;
   }
   if (s->n_mods == s->cap_mods) {

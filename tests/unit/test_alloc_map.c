@@ -370,9 +370,38 @@ static void test_vmm_grow(void)
   alloc_map_free(m);
 }
 
+/* A reservation of many mappings with gaps between them, unmapped as a whole (more mappings
+ * than one scan of the table collects): every one inside goes, the one at its end stays. */
+static void test_vmm_gaps(void)
+{
+  struct alloc_map *m = alloc_map_new(0);
+  struct alloc_info in = info(1 << 20, 0, ALLOC_KIND_VMM);
+  struct alloc_map_stats st;
+  const uint64_t n = 3000, base = 0x7d0000000000;
+
+  for (uint64_t i = 0; i <= n; i++) {
+    CHECK_EQ(alloc_map_insert(m, ALLOC_SPACE_VMM_HANDLE, 0x1000 + i, &in), 0);
+    CHECK_EQ(alloc_map_vmm_map(m, base + (1 << 20) + (i << 21), 1 << 20, 0x1000 + i), 0);
+    CHECK_EQ(alloc_map_vmm_release(m, 0x1000 + i), 0);
+  }
+  CHECK_EQ(in_use(m, 0), (n + 1) << 20);
+  /* Starts in a gap; the last mapping starts exactly at the range's end. */
+  CHECK_EQ(alloc_map_vmm_unmap(m, base, (n << 21) + (1 << 20)), (unsigned long long)n);
+  CHECK_EQ(in_use(m, 0), 1 << 20);
+  CHECK_EQ(alloc_map_vmm_unmap(m, base + (1 << 20) + (n << 21), 1 << 20), 1);
+  CHECK_EQ(in_use(m, 0), 0);
+  /* A range reaching the top of the address space, nothing left in it. */
+  CHECK_EQ(alloc_map_vmm_unmap(m, base, UINT64_MAX - base), 0);
+  alloc_map_get_stats(m, &st);
+  CHECK_EQ(st.live, 0);
+  CHECK_EQ(st.unknown_frees, 0);
+  alloc_map_free(m);
+}
+
 int main(void)
 {
   RUN(test_accounting);
+  RUN(test_vmm_gaps);
   RUN(test_vmm_lifetimes);
   RUN(test_vmm_retain_interior);
   RUN(test_vmm_grow);

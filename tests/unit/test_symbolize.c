@@ -2,6 +2,10 @@
  * program and of libc through their ELF symbol tables, demangling, unknown addresses. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "agent/stack.h"
 #include "agent/symbolize.h"
@@ -18,9 +22,9 @@ __attribute__((noinline)) int symbolize_global_target(int x)
   return symbolize_static_target(x) + 2;
 }
 
-static void test_own_functions(void)
+/* This program's functions, from its own file. */
+static void check_main_program(struct symbolizer *s)
 {
-  struct symbolizer *s = symbolizer_new();
   struct sym_frame f;
   /* Frames are return addresses: resolve (function + 1) as the instruction after a call. */
   uint64_t st = (uint64_t)(uintptr_t)symbolize_static_target + 1;
@@ -32,6 +36,22 @@ static void test_own_functions(void)
   CHECK_EQ(symbolizer_resolve(s, gl, &f), 0);
   CHECK_STR(f.function, "symbolize_global_target");
   CHECK(f.mod && f.mod->build_id_len == 20);
+}
+
+static void test_main_program(void)
+{
+  struct symbolizer *s = symbolizer_new();
+
+  check_main_program(s);
+  symbolizer_free(s);
+}
+
+static void test_own_functions(void)
+{
+  struct symbolizer *s = symbolizer_new();
+  struct sym_frame f;
+
+  check_main_program(s);
   /* libc's own definition (through its handle: RTLD_DEFAULT would find a sanitizer's
    * interceptor first). */
   void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
@@ -106,9 +126,50 @@ static void test_late_dlopen(void)
   symbolizer_free(s);
 }
 
-int main(void)
+/* The program's PT_INTERP (the loader's path), from the main program's headers. */
+static int find_interp(struct dl_phdr_info *info, size_t size, void *data)
 {
+  (void)size;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_INTERP)
+      *(const char **)data = (const char *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  return 1; /* the main program comes first */
+}
+
+/* Started through the loader (`ld-linux-x86-64.so.2 ./prog`), /proc/self/exe is the loader:
+ * the main program's frames must still be named from its own file. */
+static void test_via_loader(void)
+{
+  const char *interp = NULL;
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  int status = 0;
+  pid_t pid;
+
+  dl_iterate_phdr(find_interp, &interp);
+  CHECK(interp != NULL && n > 0);
+  if (!interp || n <= 0)
+    return;
+  self[n] = '\0';
+  fflush(NULL);
+  pid = fork();
+  if (pid == 0) {
+    execl(interp, interp, self, "--main-program", (char *)NULL);
+    _exit(127);
+  }
+  CHECK(pid > 0);
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(int argc, char **argv)
+{
+  if (argc > 1 && !strcmp(argv[1], "--main-program")) {
+    RUN(test_main_program);
+    UNIT_EXIT();
+  }
   RUN(test_own_functions);
+  RUN(test_via_loader);
   RUN(test_late_dlopen);
   RUN(test_demangle);
   UNIT_EXIT();
