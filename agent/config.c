@@ -36,6 +36,7 @@ static const char *const known_vars[] = {
     "GPUPROF_UPLOAD_TIMEOUT",
     "GPUPROF_UPLOAD_QUEUE",
     "GPUPROF_PYROSCOPE_MAX_SAMPLES",
+    "GPUPROF_PYROSCOPE_MAX_SIZE",
     "GPUPROF_EXIT_TIMEOUT",
     "GPUPROF_K8S_POD",
     "GPUPROF_K8S_NAMESPACE",
@@ -95,6 +96,7 @@ void config_defaults(struct config *cfg)
   cfg->upload_timeout_ns = CONFIG_DEFAULT_UPLOAD_TIMEOUT_NS;
   cfg->upload_queue = CONFIG_DEFAULT_UPLOAD_QUEUE;
   cfg->pyroscope_max_samples = CONFIG_DEFAULT_PYROSCOPE_MAX_SAMPLES;
+  cfg->pyroscope_max_size = CONFIG_DEFAULT_PYROSCOPE_MAX_SIZE;
   cfg->exit_timeout_ns = CONFIG_DEFAULT_EXIT_TIMEOUT_NS;
   cfg->stack_depth = CONFIG_DEFAULT_STACK_DEPTH;
   cfg->trace_max_size = CONFIG_DEFAULT_TRACE_MAX_SIZE;
@@ -271,10 +273,44 @@ static void format_size(uint64_t b, char *buf, size_t len)
     snprintf(buf, len, "%llu", (unsigned long long)b);
 }
 
+#define QUOTE_MAX 256
+
+/*
+ * A value as a log line shows it: control bytes as \xNN, so that a newline cannot split the
+ * one line into several nor an escape sequence reach a terminal; a long value is cut ("...").
+ */
+static const char *quote(const char *v, char *buf, size_t cap)
+{
+  size_t o = 0;
+
+  for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+    if (o + 8 > cap) { /* room for one "\xNN", then "..." and the NUL */
+      memcpy(buf + o, "...", 4);
+      return buf;
+    }
+    if (*p < 0x20 || *p == 0x7f)
+      o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", *p);
+    else
+      buf[o++] = (char)*p;
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+static int has_control(const char *v)
+{
+  for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+    if (*p < 0x20 || *p == 0x7f)
+      return 1;
+  return 0;
+}
+
 /* The one line every bad value gets: names the variable, the value, and what happens now. */
 static void bad_value(const char *var, const char *value, const char *what, const char *outcome)
 {
-  log_warn("%s='%s' is not %s; %s", var, value, what, outcome);
+  char shown[QUOTE_MAX];
+
+  log_warn("%s='%s' is not %s; %s", var, quote(value, shown, sizeof(shown)), what, outcome);
 }
 
 /* getenv, treating an empty value as unset (manifests often template "VAR: ''"). */
@@ -297,6 +333,22 @@ static void load_string(const char *var, char *dst, size_t cap, const char *fall
     return;
   }
   memcpy(dst, v, strlen(v) + 1);
+}
+
+/*
+ * A path the agent uses later (directories, files, libraries): one with a control character
+ * (a newline from a templated manifest) is refused here, because every later message about it
+ * (cannot create, cannot load) would quote it raw and split the line.
+ */
+static void load_path(const char *var, char *dst, size_t cap, const char *fallback_desc)
+{
+  const char *v = env(var);
+
+  if (v && has_control(v)) {
+    bad_value(var, v, "a path without control characters", fallback_desc);
+    return;
+  }
+  load_string(var, dst, cap, fallback_desc);
 }
 
 /*
@@ -544,8 +596,13 @@ static void load_header_value(const char *var, char *dst, size_t cap, int secret
     n--;
   for (size_t i = 0; i < n; i++) {
     if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f) {
-      /* Not quoted: the character could split the log line too. */
-      log_warn("%s contains a control character (byte %zu); %s", var, i + 1, fallback_desc);
+      char shown[QUOTE_MAX];
+      /* A secret is never quoted; another value is, escaped (it cannot split the line). */
+      if (secret)
+        log_warn("%s contains a control character (byte %zu); %s", var, i + 1, fallback_desc);
+      else
+        log_warn("%s contains a control character (byte %zu) in '%s'; %s", var, i + 1,
+                 quote(v, shown, sizeof(shown)), fallback_desc);
       return;
     }
   }
@@ -564,7 +621,7 @@ static void load_header_value(const char *var, char *dst, size_t cap, int secret
 static void load_password_file(const char *var, char *dst, size_t cap)
 {
   const char *path = env(var);
-  char buf[1024];
+  char buf[1024], shown[QUOTE_MAX];
   ssize_t n;
   int fd;
 
@@ -572,15 +629,15 @@ static void load_password_file(const char *var, char *dst, size_t cap)
     return;
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    log_warn("%s='%s' cannot be read (%s); uploading without a password", var, path,
-             strerror(errno));
+    log_warn("%s='%s' cannot be read (%s); uploading without a password", var,
+             quote(path, shown, sizeof(shown)), strerror(errno));
     return;
   }
   n = read(fd, buf, sizeof(buf));
   close(fd);
   if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof(buf)) {
-    log_warn("%s='%s' cannot be read or is over %zu bytes; uploading without a password", var, path,
-             cap - 1);
+    log_warn("%s='%s' cannot be read or is over %zu bytes; uploading without a password", var,
+             quote(path, shown, sizeof(shown)), cap - 1);
     return;
   }
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
@@ -617,6 +674,8 @@ static void load_pyroscope(struct config *cfg)
             "a number of profiles between 1 and 4096");
   load_uint("GPUPROF_PYROSCOPE_MAX_SAMPLES", &cfg->pyroscope_max_samples, 1, 1ull << 30,
             "a number of samples between 1 and 1G (the server's max-profile-stacktrace-samples)");
+  load_size("GPUPROF_PYROSCOPE_MAX_SIZE", &cfg->pyroscope_max_size, 64ull << 10, 1ull << 30,
+            "a size between 64K and 1G (the server's max-profile-size-bytes)");
   load_duration("GPUPROF_EXIT_TIMEOUT", &cfg->exit_timeout_ns, 0,
                 "a duration (e.g. 3s; 0 drops what is queued at exit)");
   load_string("GPUPROF_K8S_POD", cfg->k8s_pod, sizeof(cfg->k8s_pod), "leaving out the pod label");
@@ -643,8 +702,8 @@ void config_load(struct config *cfg)
 
   cfg->mode = (enum config_mode)load_enum("GPUPROF_MODE", modes, 3, CONFIG_MODE_CONTINUOUS,
                                           "one of continuous, ondemand, off");
-  load_string("GPUPROF_OUTPUT_DIR", cfg->output_dir, sizeof(cfg->output_dir),
-              "using " CONFIG_DEFAULT_OUTPUT_DIR);
+  load_path("GPUPROF_OUTPUT_DIR", cfg->output_dir, sizeof(cfg->output_dir),
+            "using " CONFIG_DEFAULT_OUTPUT_DIR);
   load_duration("GPUPROF_WINDOW", &cfg->window_ns, 1000000000ull,
                 "a duration of at least 1s (e.g. 15s, 1m)");
   cfg->stacks = (enum config_stacks)load_enum("GPUPROF_STACKS", stacks, 4, CONFIG_STACKS_SAMPLED,
@@ -677,13 +736,15 @@ void config_load(struct config *cfg)
     cfg->capture_signal = 0;
     bad_value("GPUPROF_CAPTURE_SIGNAL", v, "SIGUSR1, SIGUSR2 or SIGRTMIN+N", "no signal trigger");
   }
-  load_string("GPUPROF_RUN_DIR", cfg->run_dir, sizeof(cfg->run_dir),
-              "using " CONFIG_DEFAULT_OUTPUT_DIR "/run");
+  load_path("GPUPROF_RUN_DIR", cfg->run_dir, sizeof(cfg->run_dir),
+            "using " CONFIG_DEFAULT_OUTPUT_DIR "/run");
 
   v = env("GPUPROF_PYROSCOPE_URL");
   if (v) {
+    /* A control character (a newline left by `echo`) is never part of a URL, and libcurl's
+     * own message about it would quote it raw. */
     if ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) ||
-        strlen(v) >= sizeof(cfg->pyroscope_url)) {
+        strlen(v) >= sizeof(cfg->pyroscope_url) || has_control(v)) {
       /* Never its credentials (user:password@host) on stderr. */
       char shown[CONFIG_PATH_MAX];
       pyroscope_url_for_log(v, shown, sizeof(shown));
@@ -702,8 +763,8 @@ void config_load(struct config *cfg)
   }
   load_pyroscope(cfg);
 
-  load_string("GPUPROF_CUPTI_PATH", cfg->cupti_path, sizeof(cfg->cupti_path),
-              "searching for libcupti.so.13 instead");
+  load_path("GPUPROF_CUPTI_PATH", cfg->cupti_path, sizeof(cfg->cupti_path),
+            "searching for libcupti.so.13 instead");
   /* Test-only (docs/CONFIGURATION.md): hides the system and toolkit CUPTI from the search so
    * that a test can exercise the PyTorch-wheel search on a machine that has a toolkit. */
   v = env("GPUPROF_TEST_CUPTI_WHEELS_ONLY");
@@ -713,10 +774,10 @@ void config_load(struct config *cfg)
   }
   /* Test-only: the library the Pyroscope uploader dlopens instead of libcurl.so.4, so that a
    * test can make it missing on a machine that has it. */
-  load_string("GPUPROF_TEST_CURL_PATH", cfg->test_curl_path, sizeof(cfg->test_curl_path),
-              "loading libcurl.so.4");
-  load_string("GPUPROF_SUMMARY_FILE", cfg->summary_file, sizeof(cfg->summary_file),
-              "using the default summary path");
+  load_path("GPUPROF_TEST_CURL_PATH", cfg->test_curl_path, sizeof(cfg->test_curl_path),
+            "loading libcurl.so.4");
+  load_path("GPUPROF_SUMMARY_FILE", cfg->summary_file, sizeof(cfg->summary_file),
+            "using the default summary path");
 
   load_size("GPUPROF_BUFFER_SIZE", &cfg->buffer_size, CONFIG_MIN_BUFFER_SIZE, 1ull << 30,
             "a size between 64K and 1G (e.g. 4M)");

@@ -64,6 +64,7 @@ struct config {
   uint64_t upload_timeout_ns;     /* per request */
   uint64_t upload_queue;          /* profiles waiting for upload, at most */
   uint64_t pyroscope_max_samples; /* a window with more is pushed in parts of this many */
+  uint64_t pyroscope_max_size;    /* uncompressed pprof bytes per upload, at most */
   uint64_t exit_timeout_ns;       /* the final flush's deadline at exit */
   char k8s_pod[256];              /* Kubernetes downward API: labels pod, namespace, node */
   char k8s_namespace[256];
@@ -102,6 +103,7 @@ struct config {
 #define CONFIG_DEFAULT_UPLOAD_TIMEOUT_NS (10ull * 1000000000ull)
 #define CONFIG_DEFAULT_UPLOAD_QUEUE 32
 #define CONFIG_DEFAULT_PYROSCOPE_MAX_SAMPLES 16000 /* Pyroscope's default per profile */
+#define CONFIG_DEFAULT_PYROSCOPE_MAX_SIZE (4ull << 20) /* max-profile-size-bytes' default */
 #define CONFIG_DEFAULT_EXIT_TIMEOUT_NS (3ull * 1000000000ull)
 #define CONFIG_DEFAULT_TRACE_MAX_SIZE (512ull << 20)
 #define CONFIG_DEFAULT_OOM_INTERVAL_NS (60ull * 1000000000ull)

@@ -119,7 +119,7 @@ struct profiles {
   size_t n_modules, cap_modules;
   struct profiles_stats stats;
   uint64_t overflow_total;
-  int warned_dir, warned_oom;
+  int warned_dir, warned_oom, warned_size;
   uint32_t *order, *order_tmp; /* slots of a table by stack, when a window is written */
   size_t order_cap;
   struct leaf_slot leaves[LEAF_CACHE];
@@ -719,27 +719,92 @@ static int build(struct profiles *p, struct window *w, int kind, uint64_t end, i
 }
 
 /*
+ * The uncompressed size of an encoded profile: pprof_builder_encode writes one gzip member,
+ * whose trailer ends with ISIZE, the input's length mod 2^32, little endian (RFC 1952 2.3.1).
+ * A profile is far below 4 GiB (max_keys entries of at most STACK_MAX_DEPTH + 2 locations).
+ */
+static uint64_t gzip_isize(const uint8_t *buf, size_t len)
+{
+  if (len < 18) /* a gzip header and trailer */
+    return 0;
+  buf += len - 4;
+  return (uint64_t)buf[0] | (uint64_t)buf[1] << 8 | (uint64_t)buf[2] << 16 | (uint64_t)buf[3] << 24;
+}
+
+static int over_size(const struct profiles *p, const uint8_t *buf, size_t len)
+{
+  return p->o.upload_max_size && gzip_isize(buf, len) > p->o.upload_max_size;
+}
+
+static void upload_range(struct profiles *p, struct window *w, int kind, uint64_t end, int sorted,
+                         size_t from, size_t to);
+
+/*
+ * Pyroscope rejects for good (400) a profile over its max-profile-size-bytes, measured
+ * uncompressed (formats.md 2.4): deep stacks with long C++ or Python names make a window of
+ * fewer samples than its sample limit pass it. Entries from..to, whose profile of `bytes` was
+ * over upload_max_size, go up as two halves, each halved again while over (same labels and
+ * time: the server adds them up). One entry alone cannot be split: an upload error, never a
+ * loop. The depth is at most log2(max_keys).
+ */
+static void upload_halves(struct profiles *p, struct window *w, int kind, uint64_t end, int sorted,
+                          size_t from, size_t to, uint64_t bytes)
+{
+  size_t mid = from + (to - from) / 2;
+
+  if (to - from < 2) {
+    p->stats.upload_errors++;
+    if (!p->warned_size) {
+      p->warned_size = 1;
+      log_warn("a %s profile of one sample is %llu bytes uncompressed, over the server's limit "
+               "GPUPROF_PYROSCOPE_MAX_SIZE=%llu: not uploaded (the file keeps it; raise the "
+               "limit on both sides to upload it; further ones are not reported)",
+               kind_names[kind], (unsigned long long)bytes,
+               (unsigned long long)p->o.upload_max_size);
+    }
+    return;
+  }
+  upload_range(p, w, kind, end, sorted, from, mid);
+  upload_range(p, w, kind, end, sorted, mid, to);
+}
+
+/* Builds and uploads entries from..to of the stack order in one profile, or in halves. */
+static void upload_range(struct profiles *p, struct window *w, int kind, uint64_t end, int sorted,
+                         size_t from, size_t to)
+{
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  uint64_t bytes;
+  int ret = build(p, w, kind, end, sorted, from, to);
+
+  if (!ret)
+    ret = pprof_builder_encode(p->b, PROFILES_GZIP_LEVEL, &buf, &len);
+  if (ret) {
+    p->stats.upload_errors++;
+  } else if (over_size(p, buf, len)) {
+    bytes = gzip_isize(buf, len);
+    /* Freed first: the halves reuse the builder, and no level keeps its bytes. */
+    free(buf);
+    buf = NULL;
+    upload_halves(p, w, kind, end, sorted, from, to, bytes);
+  } else {
+    upload(p, kind, buf, len, w->start, end);
+  }
+  free(buf);
+}
+
+/*
  * Pyroscope rejects a profile of more samples than its limit (16 000 by default, formats.md
  * 2.4): a larger window goes up in parts of at most upload_max_samples, same labels and time
- * (the server adds them up). The parts follow the stack order, so each is small.
+ * (the server adds them up), each in halves when over upload_max_size. The parts follow the
+ * stack order, so each is small.
  */
 static void upload_parts(struct profiles *p, struct window *w, int kind, uint64_t end, int sorted)
 {
   size_t used = w->t[kind].used, max = p->o.upload_max_samples;
 
-  for (size_t from = 0; from < used; from += max) {
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int ret = build(p, w, kind, end, sorted, from, from + max < used ? from + max : used);
-
-    if (!ret)
-      ret = pprof_builder_encode(p->b, PROFILES_GZIP_LEVEL, &buf, &len);
-    if (ret)
-      p->stats.upload_errors++;
-    else
-      upload(p, kind, buf, len, w->start, end);
-    free(buf);
-  }
+  for (size_t from = 0; from < used; from += max)
+    upload_range(p, w, kind, end, sorted, from, from + max < used ? from + max : used);
   p->stats.split_uploads++;
 }
 
@@ -749,6 +814,7 @@ static void window_write(struct profiles *p, struct window *w, uint64_t end)
     struct table *t = &w->t[kind];
     uint8_t *buf = NULL;
     size_t len = 0;
+    uint64_t halve = 0; /* the whole profile's size, when it must go up in halves */
     int ret = 0, sorted, split;
 
     if (!t->used)
@@ -772,7 +838,9 @@ static void window_write(struct profiles *p, struct window *w, uint64_t end)
       ret = pprof_builder_encode(p->b, PROFILES_GZIP_LEVEL, &buf, &len);
     if (!ret) {
       p->stats.bytes += len;
-      if (p->o.upload && !split)
+      if (p->o.upload && !split && over_size(p, buf, len))
+        halve = gzip_isize(buf, len);
+      else if (p->o.upload && !split)
         upload(p, kind, buf, len, w->start, end);
       if (p->o.write_files)
         ret = write_file(p, kind, w->start, buf, len);
@@ -786,8 +854,12 @@ static void window_write(struct profiles *p, struct window *w, uint64_t end)
       p->stats.write_errors++;
     free(buf);
     /* After the file: the parts reuse the builder. */
-    if (split)
+    if (split) {
       upload_parts(p, w, kind, end, sorted);
+    } else if (halve) {
+      upload_halves(p, w, kind, end, sorted, 0, t->used, halve);
+      p->stats.split_uploads++;
+    }
   }
   p->stats.windows++;
   p->stats.overflow += w->overflow;
@@ -1137,6 +1209,7 @@ int profiles_start(const struct config *cfg, struct alloc_map *allocs, struct st
       .write_files = cfg->profile_files,
       .upload = cfg->pyroscope_url[0] != '\0',
       .upload_max_samples = (size_t)cfg->pyroscope_max_samples,
+      .upload_max_size = cfg->pyroscope_max_size,
       .allocs = allocs,
       .stacks = stacks,
       .sample_every = sample_every,

@@ -24,9 +24,12 @@ struct profiles_options {
   const char *output_dir;
   uint64_t window_ns;
   uint64_t grace_ns;
-  int write_files;            /* 0: encode (and upload) only */
-  int upload;                 /* hand each profile to the Pyroscope uploader */
-  size_t upload_max_samples;  /* a profile with more is uploaded in parts; 0: never split */
+  int write_files;           /* 0: encode (and upload) only */
+  int upload;                /* hand each profile to the Pyroscope uploader */
+  size_t upload_max_samples; /* a profile with more is uploaded in parts; 0: never split */
+  /* A profile whose uncompressed pprof is larger is uploaded in halves (recursively); 0: no
+   * limit. One entry alone over it is not uploaded (an upload error). */
+  uint64_t upload_max_size;
   struct alloc_map *allocs;   /* NULL: no memory profile */
   struct stack_table *stacks; /* NULL: stacks are off, every sample is its leaf alone */
   uint32_t sample_every;      /* launch sampling period: > 1 when launches are sampled */
@@ -67,7 +70,7 @@ struct profiles_stats {
   uint64_t bytes;         /* compressed bytes produced */
   uint64_t write_errors;  /* profiles not written (I/O or encoding failure) */
   uint64_t upload_errors; /* profiles the uploader did not accept */
-  uint64_t split_uploads; /* profiles uploaded in parts (over upload_max_samples) */
+  uint64_t split_uploads; /* profiles uploaded in parts (over upload_max_samples or _size) */
   uint64_t late_events;   /* device events older than the oldest open window */
   uint64_t overflow;      /* events whose stack was dropped: too many distinct keys */
   uint64_t lost;          /* events dropped outright (out of memory) */

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End to end: a program on the simulated GPU under the shipped agent pushes its pprof windows.
 
-Usage: e2e_upload.py [--api push|ingest] -- PROGRAM ARGS...   (run by ctest through
+Usage: e2e_upload.py [--api push|ingest] [--max-samples N | --max-bytes N] -- PROGRAM ARGS...
+(run by ctest through
 gpuprof_add_e2e_test, which sets the agent, the simulator and GPUPROF_OUTPUT_DIR/SUMMARY_FILE).
 
 Checks: every profile file the agent wrote was uploaded byte for byte (and nothing else), with
@@ -55,11 +56,69 @@ def check_parts(a, files, acc, summary):
     return 0
 
 
+def halving(n, counts, i=0):
+    """The index after the parts that split n samples in halves, recursively (upload_halves):
+    counts[i] is all n, or the halves n//2 and n - n//2 follow, each in the same way."""
+    check(i < len(counts), f"parts end before a range of {n} samples")
+    if counts[i] == n:
+        return i + 1
+    check(n > 1, f"a part of {counts[i]} samples where 1 was left")
+    return halving(n - n // 2, counts, halving(n // 2, counts, i))
+
+
+def check_size_parts(a, files, acc, summary):
+    """Windows whose uncompressed profile is over the server's max-profile-size-bytes arrive in
+    halves (each halved again while over), every part within the limit; the parts' values add
+    up, stack by stack, to the file's; a window within the limit arrives whole."""
+    from receiver import check_pprof
+    split = over = 0
+    for f in files:
+        whole = check_pprof(open(f, "rb").read(), 1 << 30, max_bytes=1 << 40, stack_sums=True)
+        kind = next(k for k in SERIES if f"-{k}-" in os.path.basename(f))
+        parts = [x for x in acc if x["time_nanos"] == whole["time_nanos"]
+                 and x["sample_types"] == whole["sample_types"]]
+        check(parts, f"no upload for {os.path.basename(f)}")
+        for x in parts:
+            check(x["raw_bytes"] <= a.max_bytes,
+                  f"{kind}: a part of {x['raw_bytes']} bytes (limit {a.max_bytes})")
+        sums = {}
+        for x in parts:
+            for stack, v in x["stack_sums"].items():
+                acc_v = sums.setdefault(stack, [0] * len(v))
+                for i, n in enumerate(v):
+                    acc_v[i] += n
+        eq(f"{kind}: the parts' values per stack", sums, whole["stack_sums"])
+        eq(f"{kind}: samples of the parts", sum(x["n_samples"] for x in parts), whole["n_samples"])
+        if whole["raw_bytes"] <= a.max_bytes:
+            eq(f"{kind}: uploads of a window within the limit", [x["sha256"] for x in parts],
+               [whole["sha256"]])
+            continue
+        over += 1
+        counts = [x["n_samples"] for x in parts]
+        eq(f"{kind}: parts {counts} are halves of {whole['n_samples']} samples",
+           halving(whole["n_samples"], counts), len(counts))
+        check(len(parts) >= -(-whole["raw_bytes"] // a.max_bytes),
+              f"{kind}: {len(parts)} parts of a {whole['raw_bytes']}-byte profile")
+        split += 1
+        print(f"{kind}: {whole['n_samples']} samples, {whole['raw_bytes']} bytes "
+              f"({whole['bytes']} gzip) -> {len(parts)} parts {counts}")
+    check(over, f"no window was over {a.max_bytes} bytes: the workload is too small")
+    eq("windows split for their size", split, over)
+    with open(summary) as fh:
+        s = json.load(fh)
+    eq("summary.pyroscope sent (one per part)", s["pyroscope"]["sent"], len(acc))
+    eq("summary.pyroscope failed", s["pyroscope"]["failed"], 0)
+    print(f"ok: {len(files)} profiles, {len(acc)} uploads, {split} split for size")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--api", default="push")
     ap.add_argument("--max-samples", type=int, default=0,
                     help="the server's limit: larger windows must arrive in parts")
+    ap.add_argument("--max-bytes", type=int, default=0,
+                    help="the server's max-profile-size-bytes: larger windows arrive in halves")
     ap.add_argument("cmd", nargs="+")
     a = ap.parse_args()
     work = os.environ["E2E_WORKDIR"]
@@ -71,7 +130,9 @@ def main():
     base_env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
     base = subprocess.run(a.cmd, env=base_env, capture_output=True, text=True, timeout=60)
 
-    r = Receiver(work, 0, *(["--max-samples", str(a.max_samples)] if a.max_samples else []))
+    r = Receiver(work, 0, *(["--max-samples", str(a.max_samples)] if a.max_samples else []),
+                 *(["--max-profile-bytes", str(a.max_bytes), "--stack-sums"] if a.max_bytes
+                   else []))
     try:
         r.wait_ready()
         port = int(open(r.ready).read())
@@ -81,6 +142,8 @@ def main():
                    GPUPROF_K8S_NODE="node-1", NO_PROXY="127.0.0.1")
         if a.max_samples:
             env["GPUPROF_PYROSCOPE_MAX_SAMPLES"] = str(a.max_samples)
+        if a.max_bytes:
+            env["GPUPROF_PYROSCOPE_MAX_SIZE"] = str(a.max_bytes)
         for k in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
             env.pop(k, None)
         t = time.monotonic()
@@ -109,6 +172,8 @@ def main():
     acc = r.accepted()
     if a.max_samples:
         return check_parts(a, files, acc, summary)
+    if a.max_bytes:
+        return check_size_parts(a, files, acc, summary)
     got = {x["sha256"]: x for x in acc}
     eq("uploads (one per profile file)", len(acc), len(files))
     eq("uploaded profiles == written files", sorted(got), sorted(written))

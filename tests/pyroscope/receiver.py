@@ -144,16 +144,19 @@ PROFILE = {
 }
 
 
-def check_pprof(raw, max_samples=MAX_SAMPLES, check_time=True):
-    """Pyroscope's ValidateProfile and pprof's CheckValid; returns a summary of the profile."""
+def check_pprof(raw, max_samples=MAX_SAMPLES, check_time=True, max_bytes=MAX_PROFILE_BYTES,
+                stack_sums=False):
+    """Pyroscope's ValidateProfile and pprof's CheckValid; returns a summary of the profile
+    (with stack_sums: each stack's value sums, "frame;frame;...|label=value,...", leaf first)."""
     data = raw
     if raw[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(raw)
         except OSError as e:
             raise Reject(422, f"bad gzip: {e}")
-    if len(data) > MAX_PROFILE_BYTES:
-        raise Reject(400, f"profile too large: {len(data)} bytes")
+    # validation.max-profile-size-bytes, on the uncompressed profile (pkg/validation).
+    if len(data) > max_bytes:
+        raise Reject(400, f"profile too large: {len(data)} bytes, over {max_bytes}")
     p = decode(data, PROFILE)
     st = p.get("string_table", [])
     if not st or st[0] != "":
@@ -264,7 +267,22 @@ def check_pprof(raw, max_samples=MAX_SAMPLES, check_time=True):
     # The values as stored: what Pyroscope keeps after dropping samples (sums of all samples
     # would hide a dropped one).
     sums = [sum(smp["value"][i] for smp in kept) for i in range(len(types))]
-    return {"sample_types": names, "n_samples": len(samples), "value_sums": sums,
+    out = {}
+    if stack_sums:
+        # Location ids differ between profiles: a frame is named by its functions (or address).
+        loc_addr = {loc["id"]: f"0x{loc.get('address', 0):x}" for loc in p.get("location", [])}
+        by_stack = {}
+        for smp in kept:
+            frames = ";".join("+".join(loc_fn.get(lid) or [loc_addr[lid]])
+                              for lid in smp.get("location_id", []))
+            labs = ",".join(sorted(f"{st[lab.get('key', 0)]}={st[lab.get('str', 0)]}"
+                                   for lab in smp.get("label", [])))
+            acc = by_stack.setdefault(f"{frames}|{labs}", [0] * len(types))
+            for i, v in enumerate(smp["value"]):
+                acc[i] += v
+        out["stack_sums"] = by_stack
+    return {**out, "sample_types": names, "n_samples": len(samples), "value_sums": sums,
+            "raw_bytes": len(data),
             "zero_samples": zero, "lost": lost[:10],
             "functions": sorted(set(functions.values())),
             "leaf_functions": [f for lid in leaves for f in loc_fn.get(lid, [])[:1]],
@@ -394,7 +412,8 @@ class Handler(BaseHTTPRequestHandler):
                     sid = smp.get("id", [""])[0]
                     if sid and not UUID.match(sid):
                         raise Reject(400, f"RawSample.ID {sid!r} is not a UUID")
-                    prof = check_pprof(smp.get("raw_profile", b""), self.server.args.max_samples)
+                    prof = check_pprof(smp.get("raw_profile", b""), self.server.args.max_samples,
+                                       **self.server.limits())
                     out.append({"api": "push", "labels": labels, **meta, **prof})
             if not out:
                 raise Reject(400, "no profiles in the request")
@@ -425,7 +444,7 @@ class Handler(BaseHTTPRequestHandler):
             if raw is None:
                 raise Reject(422, "no 'profile' file part")
             try:
-                prof = check_pprof(raw, self.server.args.max_samples)
+                prof = check_pprof(raw, self.server.args.max_samples, **self.server.limits())
             except Reject as r:
                 # ingest_handler.go: a profile that fails conversion or validation is a 422.
                 raise Reject(422, str(r))
@@ -457,6 +476,9 @@ class Server(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.requests = 0
 
+    def limits(self):
+        return {"max_bytes": self.args.max_profile_bytes, "stack_sums": self.args.stack_sums}
+
     def record(self, obj):
         obj["received_ns"] = time.time_ns()
         with self.lock, open(self.args.store, "a") as f:
@@ -471,6 +493,10 @@ def main():
     ap.add_argument("--delay", type=float, default=5.0, help="slow mode: seconds")
     ap.add_argument("--start-delay", type=float, default=0.0)
     ap.add_argument("--max-samples", type=int, default=MAX_SAMPLES)
+    ap.add_argument("--max-profile-bytes", type=int, default=MAX_PROFILE_BYTES,
+                    help="validation.max-profile-size-bytes: uncompressed bytes per profile")
+    ap.add_argument("--stack-sums", action="store_true",
+                    help="store each accepted profile's value sums per stack")
     ap.add_argument("--tenant")
     ap.add_argument("--user")
     ap.add_argument("--password", default="")

@@ -103,6 +103,13 @@ def main():
             # (what, path, body, content type, headers, expected status)
             ("valid push", P, push(GOOD_LABELS, profile()), proto, T, 200),
             ("no tenant", P, push(GOOD_LABELS, profile()), proto, {}, 401),
+            # max-profile-size-bytes (4 MiB) applies to the uncompressed profile.
+            ("4 MiB uncompressed, within", P,
+             push(GOOD_LABELS, profile(strings=("", "gpu_time", "nanoseconds", "f",
+                                                "x" * ((4 << 20) - 200)))), proto, T, 200),
+            ("over 4 MiB uncompressed", P,
+             push(GOOD_LABELS, profile(strings=("", "gpu_time", "nanoseconds", "f",
+                                                "x" * (4 << 20)))), proto, T, 400),
             ("no __name__", P, push([("service_name", "svc")], profile()), proto, T, 400),
             ("no service_name", P, push([("__name__", "gpu")], profile()), proto, T, 400),
             ("bad label name", P, push(GOOD_LABELS + [("a-b", "1")], profile()), proto, T, 400),

@@ -305,6 +305,40 @@ static void test_documented_defaults(void)
   CHECK_EQ(cfg.exit_timeout_ns, 3000000000ull);
 }
 
+/* GPUPROF_PYROSCOPE_MAX_SIZE: the server's max-profile-size-bytes, 4M unless set, 64K..1G. */
+static void test_pyroscope_max_size(void)
+{
+  struct config cfg;
+  char err[4096];
+
+  clear_gpuprof_env();
+  load_capture(&cfg, err, sizeof(err));
+  CHECK_STR(err, "");
+  CHECK_EQ(cfg.pyroscope_max_size, 4ull << 20);
+  setenv("GPUPROF_PYROSCOPE_MAX_SIZE", "64K", 1);
+  load_capture(&cfg, err, sizeof(err));
+  CHECK_STR(err, "");
+  CHECK_EQ(cfg.pyroscope_max_size, 64ull << 10);
+  setenv("GPUPROF_PYROSCOPE_MAX_SIZE", "1G", 1);
+  load_capture(&cfg, err, sizeof(err));
+  CHECK_STR(err, "");
+  CHECK_EQ(cfg.pyroscope_max_size, 1ull << 30);
+  setenv("GPUPROF_PYROSCOPE_MAX_SIZE", "3000000", 1);
+  load_capture(&cfg, err, sizeof(err));
+  CHECK_STR(err, "");
+  CHECK_EQ(cfg.pyroscope_max_size, 3000000);
+
+  check_bad("GPUPROF_PYROSCOPE_MAX_SIZE", "65535",
+            "gpuprof: GPUPROF_PYROSCOPE_MAX_SIZE='65535' is not a size between 64K and 1G (the "
+            "server's max-profile-size-bytes); using 4M\n");
+  check_bad("GPUPROF_PYROSCOPE_MAX_SIZE", "2G",
+            "gpuprof: GPUPROF_PYROSCOPE_MAX_SIZE='2G' is not a size between 64K and 1G (the "
+            "server's max-profile-size-bytes); using 4M\n");
+  check_bad("GPUPROF_PYROSCOPE_MAX_SIZE", "big",
+            "gpuprof: GPUPROF_PYROSCOPE_MAX_SIZE='big' is not a size between 64K and 1G (the "
+            "server's max-profile-size-bytes); using 4M\n");
+}
+
 /* Variables of the `gpuprof` command reach the agent through `gpuprof run`'s environment: they
  * are settings, not typos. */
 static void test_cli_vars_known(void)
@@ -344,5 +378,6 @@ int main(void)
   RUN(test_documented_defaults);
   RUN(test_bad_seed);
   RUN(test_cli_vars_known);
+  RUN(test_pyroscope_max_size);
   UNIT_EXIT();
 }
