@@ -23,7 +23,7 @@ void log_set_level(enum log_level level)
 
 void log_write(enum log_level level, const char *module, const char *fmt, ...)
 {
-  char line[LOG_LINE_MAX];
+  char line[LOG_LINE_MAX], msg[LOG_LINE_MAX];
   size_t len;
   int n;
   va_list ap;
@@ -41,13 +41,22 @@ void log_write(enum log_level level, const char *module, const char *fmt, ...)
   len = n > 0 ? (size_t)n : 0;
 
   va_start(ap, fmt);
-  n = vsnprintf(line + len, sizeof(line) - len, fmt, ap);
+  n = vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  if (n > 0)
-    len += (size_t)n;
-  /* Truncated messages keep their newline: leave room for it. */
-  if (len > sizeof(line) - 2)
-    len = sizeof(line) - 2;
+  /* One message is one line: a control byte from a value it quotes (a path or a library's
+   * error text with a newline, an escape sequence) is shown as \xNN, so it can neither split
+   * the line nor reach a terminal. Truncated messages keep their newline: room is left. */
+  for (const unsigned char *m = (const unsigned char *)msg; n > 0 && *m; m++) {
+    if (*m >= 0x20 && *m != 0x7f) {
+      if (len + 1 > sizeof(line) - 1)
+        break;
+      line[len++] = (char)*m;
+    } else {
+      if (len + 4 > sizeof(line) - 1)
+        break;
+      len += (size_t)snprintf(line + len, 5, "\\x%02x", *m);
+    }
+  }
   line[len++] = '\n';
 
   fd_write_all(STDERR_FILENO, line, len);
