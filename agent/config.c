@@ -617,6 +617,20 @@ static void load_header_value(const char *var, char *dst, size_t cap, int secret
   dst[n] = '\0';
 }
 
+/* Pyroscope's tenant ID rule (Grafana dskit's ValidTenantID). */
+static int tenant_valid(const char *t)
+{
+  size_t n = strlen(t);
+
+  if (n > 150 || !strcmp(t, ".") || !strcmp(t, ".."))
+    return 0;
+  for (; *t; t++)
+    if (!(*t >= 'a' && *t <= 'z') && !(*t >= 'A' && *t <= 'Z') && !(*t >= '0' && *t <= '9') &&
+        !strchr("!-_.*'()", *t))
+      return 0;
+  return 1;
+}
+
 /* A Kubernetes secret mounted as a file: its first line (a trailing newline is not part of it). */
 static void load_password_file(const char *var, char *dst, size_t cap)
 {
@@ -668,6 +682,13 @@ static void load_pyroscope(struct config *cfg)
              "both, uploading without it");
   load_header_value("GPUPROF_PYROSCOPE_TENANT", cfg->pyroscope_tenant,
                     sizeof(cfg->pyroscope_tenant), 0, "uploading without X-Scope-OrgID");
+  if (cfg->pyroscope_tenant[0] && !tenant_valid(cfg->pyroscope_tenant)) {
+    /* The server would answer 401 to every upload: said once here instead. */
+    bad_value("GPUPROF_PYROSCOPE_TENANT", cfg->pyroscope_tenant,
+              "a tenant ID (at most 150 of A-Z a-z 0-9 ! - _ . * ' ( ), not . or ..)",
+              "uploading without X-Scope-OrgID");
+    cfg->pyroscope_tenant[0] = '\0';
+  }
   load_duration("GPUPROF_UPLOAD_TIMEOUT", &cfg->upload_timeout_ns, 100000000ull,
                 "a duration of at least 100ms (e.g. 10s)");
   load_uint("GPUPROF_UPLOAD_QUEUE", &cfg->upload_queue, 1, 4096,

@@ -92,6 +92,13 @@ def header(cap):
     return ok
 
 
+def tenant(v):
+    """A tenant ID as Pyroscope takes it (dskit ValidTenantID): at most 150 of A-Z a-z 0-9
+    ! - _ . * ' ( ), not "." or ".."; a trailing newline is not part of it."""
+    v = v.rstrip(b"\r\n")
+    return (bool(re.fullmatch(rb"[A-Za-z0-9!\-_.*'()]{1,150}", v)) and v not in (b".", b".."))
+
+
 def url(v):
     """http(s), a base URL: no ?query or #fragment; no control characters."""
     return ((v.startswith(b"http://") or v.startswith(b"https://")) and len(v) < 4096
@@ -142,7 +149,7 @@ SPECS = {
     "GPUPROF_PYROSCOPE_USER": (header(256), "plain"),
     "GPUPROF_PYROSCOPE_PASSWORD": (header(1024), "secret"),
     "GPUPROF_PYROSCOPE_PASSWORD_FILE": (text(4096), "used"),  # read at once, quoted
-    "GPUPROF_PYROSCOPE_TENANT": (header(256), "plain"),
+    "GPUPROF_PYROSCOPE_TENANT": (tenant, "plain"),
     "GPUPROF_UPLOAD_TIMEOUT": (duration(10**8), "plain"),
     "GPUPROF_UPLOAD_QUEUE": (uint(1, 4096), "plain"),
     "GPUPROF_PYROSCOPE_MAX_SAMPLES": (uint(1, G), "plain"),

@@ -339,6 +339,37 @@ static void test_pyroscope_max_size(void)
             "server's max-profile-size-bytes); using 4M\n");
 }
 
+/* Pyroscope's tenant ID rule (dskit ValidTenantID): anything else gets 401 on every upload. */
+static void test_pyroscope_tenant(void)
+{
+  static const char *const good[] = {"team-a", "A.b_c*(1)'!", "..x"};
+  static const char *const bad[] = {".", "..", "team a", "team/a", "t\xc3\xa9"};
+  char err[4096], want[512], long_id[152];
+  struct config cfg;
+
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    clear_gpuprof_env();
+    setenv("GPUPROF_PYROSCOPE_TENANT", good[i], 1);
+    load_capture(&cfg, err, sizeof(err));
+    CHECK_STR(err, "");
+    CHECK_STR(cfg.pyroscope_tenant, good[i]);
+  }
+  memset(long_id, 'a', 151);
+  long_id[151] = '\0';
+  for (size_t i = 0; i <= sizeof(bad) / sizeof(bad[0]); i++) {
+    const char *v = i < sizeof(bad) / sizeof(bad[0]) ? bad[i] : long_id;
+    snprintf(want, sizeof(want),
+             "gpuprof: GPUPROF_PYROSCOPE_TENANT='%s' is not a tenant ID (at most 150 of A-Z a-z "
+             "0-9 ! - _ . * ' ( ), not . or ..); uploading without X-Scope-OrgID\n",
+             v);
+    clear_gpuprof_env();
+    setenv("GPUPROF_PYROSCOPE_TENANT", v, 1);
+    load_capture(&cfg, err, sizeof(err));
+    CHECK_STR(err, want);
+    CHECK_STR(cfg.pyroscope_tenant, "");
+  }
+}
+
 /* Variables of the `gpuprof` command reach the agent through `gpuprof run`'s environment: they
  * are settings, not typos. */
 static void test_cli_vars_known(void)
@@ -379,5 +410,6 @@ int main(void)
   RUN(test_bad_seed);
   RUN(test_cli_vars_known);
   RUN(test_pyroscope_max_size);
+  RUN(test_pyroscope_tenant);
   UNIT_EXIT();
 }
