@@ -197,18 +197,19 @@ static int select_targets(const char *cmd, const struct options *o, const char *
     if (ret) {
       fprintf(stderr, "gpuprof %s: pid %d: %s\n", cmd, socks[i].pid,
               ret == -EACCES ? "permission denied (run as the process's user or root)" : err);
-      if (o->pid > 0) {
-        free(socks);
-        free(t);
-        return EXIT_ERROR;
-      }
-      /* --all: the others are still captured; the worst status wins at the end. */
+      /* --all, or --pid reaching several agents with that pid: the others are still
+       * captured; the worst status wins at the end. */
       *failed_probe = 1;
       continue;
     }
     live++;
   }
   free(socks);
+  /* --pid N whose only agents could not be asked: that failure (said above) is the status. */
+  if (live == 0 && o->pid > 0 && *failed_probe) {
+    free(t);
+    return EXIT_ERROR;
+  }
   if (live == 0) {
     char what[64];
     if (o->pid > 0)
@@ -509,7 +510,7 @@ int cmd_stop(int argc, char **argv)
   struct control_request req;
   struct options o;
   struct target *t;
-  size_t n;
+  size_t n, idle = 0;
   int rc = EXIT_OK, ret, failed_probe;
 
   if (parse_options("stop", argc, argv, &o, 0))
@@ -534,8 +535,11 @@ int cmd_stop(int argc, char **argv)
     client_status_read(&rep, &st);
     if (!rep.ok) {
       fprintf(stderr, "gpuprof stop: pid %d: %s: %s\n", t[i].sock.pid, rep.msg.code, st.message);
-      /* With --all an idle agent is no failure: there was nothing to stop. */
-      if (!(o.all && strcmp(rep.msg.code, CONTROL_E_NOT_RUNNING) == 0))
+      /* With --all, or --pid reaching several agents with that pid, an idle agent is no
+       * failure: there was nothing to stop in it (none running at all is, for --pid). */
+      if ((o.all || n > 1) && strcmp(rep.msg.code, CONTROL_E_NOT_RUNNING) == 0)
+        idle++;
+      else
         rc = EXIT_ERROR;
       continue;
     }
@@ -563,6 +567,8 @@ int cmd_stop(int argc, char **argv)
     for (size_t f = 0; f < st.n_files; f++)
       printf("%s\n", st.files[f]);
   }
+  if (!o.all && idle == n)
+    rc = EXIT_ERROR;
   free(t);
   return rc;
 }

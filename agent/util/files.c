@@ -181,8 +181,10 @@ int files_stem_create(struct files_stem *s, const char *dir, const char *base, u
     s->fd = files_lock(s->lock_path);
     if (s->fd == -EWOULDBLOCK)
       continue; /* another live capture writes this stem's files */
-    if (s->fd == -EACCES || s->fd == -EPERM) {
-      ret = s->fd; /* a stale lock of another user's (a shared /tmp): the next name */
+    if (s->fd == -EACCES || s->fd == -EPERM || s->fd == -ELOOP) {
+      /* A stale lock of another user's (a shared /tmp), or a link planted there (never
+       * followed): the next name. */
+      ret = s->fd;
       continue;
     }
     if (s->fd < 0) {
@@ -204,7 +206,7 @@ int files_stem_create(struct files_stem *s, const char *dir, const char *base, u
         ret = errno == EEXIST ? 1 : -errno;
       }
     }
-    files_unlock(s->fd, s->lock_path);
+    files_stem_release(s);
     if (ret < 0)
       goto out;
     ret = -EEXIST;
@@ -217,8 +219,12 @@ out:
 
 void files_stem_release(struct files_stem *s)
 {
-  files_unlock(s->fd, s->lock_path);
+  int fd = s->fd;
+
+  /* -1 before the close: a fork in between would have the child's files_stem_forget close
+   * whatever the application opened under the number meanwhile (a worker's pipe). */
   s->fd = -1;
+  files_unlock(fd, s->lock_path);
 }
 
 void files_stem_forget(struct files_stem *s)

@@ -128,6 +128,19 @@ int main(void)
   claim(&a, ".json", BASE "-1.6");
   release(&a, BASE "-1.6");
 
+  /* A link planted where a name's lock file goes (a shared directory): that name is skipped,
+   * the link neither followed nor removed. */
+  path_of(link_path, sizeof(link_path), "." BASE "-1.7.lock");
+  CHECK_EQ(symlink(target, link_path), 0);
+  claim(&a, ".json", BASE "-1.8");
+  CHECK_EQ(size_of("victim"), 7);
+  CHECK_EQ(size_of(BASE "-1.7.json"), (unsigned long long)-1);
+  {
+    struct stat st;
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+  }
+  release(&a, BASE "-1.8");
+
   /* Errors: a missing directory, a name too long for the caller's buffer. */
   CHECK_EQ(files_stem_create(&a, "/nonexistent-gpuprof-dir", BASE, 1, ".json", others, stem,
                              sizeof(stem)),
