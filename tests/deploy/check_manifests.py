@@ -235,7 +235,9 @@ def check_shell(name, container):
 
 def check_prune(name, container):
     """A capture sidecar's pruning, run on files named as the agent names them: the newest KEEP
-    traces stay with their window's pprof files; older ones go with theirs; nothing else."""
+    traces stay with their window's pprof files; older ones go with theirs; stale lock files go,
+    a held one stays; nothing else."""
+    import fcntl
     import subprocess
     import tempfile
     script = (container.get("args") or [""])[0]
@@ -264,16 +266,24 @@ def check_prune(name, container):
                 os.utime(path, (1e9 - age * 60, 1e9 - age * 60))
         for f in others:
             open(os.path.join(outdir, f), "w").close()
+        # Lock files: a killed process's and a killed capture's (stale), and a live agent's.
+        stale = [".gpuprof-h-1.lock", f".{stems[0]}.lock"]
+        for f in stale + [".gpuprof-h-2.lock"]:
+            open(os.path.join(outdir, f), "w").close()
+        held = open(os.path.join(outdir, ".gpuprof-h-2.lock"))
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         keep = int(env.get("KEEP", "8"))
         env.update({"KEEP": "3", "CAPTURE_EVERY_S": "0", "PATH": bindir + ":/usr/bin:/bin"})
         once = script.replace(out, outdir).replace("while true; do", "for _once in 1; do", 1)
         r = subprocess.run(["sh", "-c", once], env=env, capture_output=True, text=True, timeout=30)
-        want = sorted(others + [f for stem in stems[-3:]
+        held.close()
+        want = sorted(others + [".gpuprof-h-2.lock"] + [f for stem in stems[-3:]
                                 for f in [stem + ".pftrace"] + [f"{stem}-{k}.pb.gz" for k in kinds]])
         got = sorted(os.listdir(outdir))
         check(r.returncode == 0 and got == want,
               f"{name}: {container['name']} keeps the newest KEEP ({keep}) traces with their pprof "
-              f"files and removes older ones with theirs (rc {r.returncode}, left {got})")
+              f"files, removes older ones with theirs and stale lock files (rc {r.returncode}, "
+              f"left {got})")
 
 
 def self_test():
