@@ -63,8 +63,10 @@ const char *pyroscope_labels_get(const struct pyroscope_labels *ls, const char *
   return NULL;
 }
 
-/* Pyroscope turns '.' into '_' in label names (validation.disable-label-sanitization=false,
- * the 1.x default) and refuses a series where two names then meet with different values. */
+/* A Pyroscope that sanitizes label names (validation.disable-label-sanitization=false; the
+ * default has differed between releases) turns '.' into '_' and refuses a series where two
+ * names then meet with different values. Keeping only the first of such names is harmless
+ * where the server does not sanitize. */
 static int same_sanitized(const char *a, const char *b)
 {
   for (; *a && *b; a++, b++)
