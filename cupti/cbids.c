@@ -150,6 +150,22 @@ static const struct cbid_entry table[] = {
     RT(cudaMemcpyFromArray_v3020, CBID_MEMCPY),
     RT(cudaMemcpy2DToArray_v3020, CBID_MEMCPY),
     RT(cudaMemcpy2DFromArray_v3020, CBID_MEMCPY),
+    RT(cudaMemcpyToArray_ptds_v7000, CBID_MEMCPY),
+    RT(cudaMemcpyFromArray_ptds_v7000, CBID_MEMCPY),
+    RT(cudaMemcpy2DToArray_ptds_v7000, CBID_MEMCPY),
+    RT(cudaMemcpy2DFromArray_ptds_v7000, CBID_MEMCPY),
+    RT(cudaMemcpyToArrayAsync_v3020, CBID_MEMCPY),
+    RT(cudaMemcpyToArrayAsync_ptsz_v7000, CBID_MEMCPY),
+    RT(cudaMemcpyFromArrayAsync_v3020, CBID_MEMCPY),
+    RT(cudaMemcpyFromArrayAsync_ptsz_v7000, CBID_MEMCPY),
+    RT(cudaMemcpy2DToArrayAsync_v3020, CBID_MEMCPY),
+    RT(cudaMemcpy2DToArrayAsync_ptsz_v7000, CBID_MEMCPY),
+    RT(cudaMemcpy2DFromArrayAsync_v3020, CBID_MEMCPY),
+    RT(cudaMemcpy2DFromArrayAsync_ptsz_v7000, CBID_MEMCPY),
+    RT(cudaMemcpyArrayToArray_v3020, CBID_MEMCPY),
+    RT(cudaMemcpyArrayToArray_ptds_v7000, CBID_MEMCPY),
+    RT(cudaMemcpy2DArrayToArray_v3020, CBID_MEMCPY),
+    RT(cudaMemcpy2DArrayToArray_ptds_v7000, CBID_MEMCPY),
     RT(cudaMemcpyToSymbol_v3020, CBID_MEMCPY),
     RT(cudaMemcpyToSymbol_ptds_v7000, CBID_MEMCPY),
     RT(cudaMemcpyFromSymbol_v3020, CBID_MEMCPY),
@@ -164,6 +180,10 @@ static const struct cbid_entry table[] = {
     RT(cudaMemcpy3DPeer_ptds_v7000, CBID_MEMCPY),
     RT(cudaMemcpy3DPeerAsync_v4000, CBID_MEMCPY),
     RT(cudaMemcpy3DPeerAsync_ptsz_v7000, CBID_MEMCPY),
+    RT(cudaMemcpyBatchAsync_v12080, CBID_MEMCPY),
+    RT(cudaMemcpyBatchAsync_ptsz_v12080, CBID_MEMCPY),
+    RT(cudaMemcpy3DBatchAsync_v12080, CBID_MEMCPY),
+    RT(cudaMemcpy3DBatchAsync_ptsz_v12080, CBID_MEMCPY),
     RT(cudaMemcpyBatchAsync_v13000, CBID_MEMCPY),
     RT(cudaMemcpyBatchAsync_ptsz_v13000, CBID_MEMCPY),
     RT(cudaMemcpy3DBatchAsync_v13000, CBID_MEMCPY),
@@ -216,6 +236,17 @@ static const struct cbid_entry table[] = {
     DRV(cuMemcpy3DPeer_ptds, CBID_MEMCPY),
     DRV(cuMemcpy3DPeerAsync, CBID_MEMCPY),
     DRV(cuMemcpy3DPeerAsync_ptsz, CBID_MEMCPY),
+/* The first versions: what driver-API code built with CUDA 12.8/12.9 headers calls. Not
+ * through DRV(): cuda.h #defines these names to their _v2, which DRV() would expand. */
+#define DRV_V1_COPY(id)                                                                            \
+  {                                                                                                \
+    CUPTI_CB_DOMAIN_DRIVER_API, id, CBID_MEMCPY, CBID_PARAMS_NONE, 0, 0, 0                         \
+  }
+    DRV_V1_COPY(CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync),
+    DRV_V1_COPY(CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_ptsz),
+    DRV_V1_COPY(CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync),
+    DRV_V1_COPY(CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_ptsz),
+#undef DRV_V1_COPY
     DRV(cuMemcpyBatchAsync_v2, CBID_MEMCPY),
     DRV(cuMemcpyBatchAsync_v2_ptsz, CBID_MEMCPY),
     DRV(cuMemcpy3DBatchAsync_v2, CBID_MEMCPY),

@@ -9,6 +9,25 @@
 #include "agent/util/log.h"
 #include "cupti/loader.h"
 
+/*
+ * The structs below are the ones CUPTI 13.0 fills (cupti.md 2.2), and the loader accepts the
+ * CUPTI minor version of the headers the agent is built with. Headers of another minor
+ * (13.2 fills Kernel11, Context4, Device6) would build an agent that accepts that CUPTI and
+ * reads its records through these structs: check them against that cupti_activity.h first
+ * (docs/COMPATIBILITY.md, "Adding a CUDA version"), then extend this line.
+ */
+_Static_assert(CUPTI_API_VERSION / 100 == 1300,
+               "cupti/decode.c reads the CUDA 13.0 record structs; check them for this CUPTI");
+/* The sizes the real 13.0 cuptiActivityGetNextRecord steps by (cupti.md 2.2). */
+_Static_assert(sizeof(CUpti_ActivityKernel10) == 216 && sizeof(CUpti_ActivityMemcpy6) == 96 &&
+                   sizeof(CUpti_ActivityMemcpyPtoP4) == 96 && sizeof(CUpti_ActivityMemset4) == 88 &&
+                   sizeof(CUpti_ActivityMemory4) == 128 &&
+                   sizeof(CUpti_ActivityMemoryPool3) == 80 &&
+                   sizeof(CUpti_ActivitySynchronization2) == 56 &&
+                   sizeof(CUpti_ActivityOverhead3) == 56 && sizeof(CUpti_ActivityDevice5) == 184 &&
+                   sizeof(CUpti_ActivityContext3) == 32 && sizeof(CUpti_ActivityStream) == 24,
+               "CUPTI 13.0 record sizes");
+
 /* GPU records report 0 timestamps when CUPTI had no device buffer space to time them. */
 static void check_timing(struct event *ev)
 {

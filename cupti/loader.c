@@ -8,6 +8,7 @@
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/util/log.h"
@@ -201,6 +202,25 @@ static int collect_wheel_dir(struct dl_phdr_info *info, size_t size, void *arg)
   return 0;
 }
 
+/* The first loaded libcupti.so.<N> of another major N (a CUDA 12 or 14 application): the
+ * cure is another gpuprof build, not a path, so the not-found line names it. */
+static int find_other_major(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  char *out = arg; /* PATH_MAX */
+  const char *name = info->dlpi_name, *base;
+
+  (void)size;
+  if (!name || !*name)
+    return 0;
+  base = strrchr(name, '/');
+  base = base ? base + 1 : name;
+  if (strncmp(base, "libcupti.so.", 12) || base[12] < '0' || base[12] > '9' ||
+      !strcmp(base, CUPTI_SONAME))
+    return 0;
+  snprintf(out, PATH_MAX, "%s", name);
+  return 1;
+}
+
 /* Tries one candidate. 1: not there, keep searching; else the final result of the search. */
 static int try_candidate(const char *path, char *tried, size_t tried_len, char *reason,
                          size_t reason_len)
@@ -241,6 +261,39 @@ static int try_loaded(char *reason, size_t reason_len)
   return ret;
 }
 
+/*
+ * GPUPROF_CUPTI_PATH names another file than the libcupti.so.13 the process already loaded
+ * (PyTorch loads its wheel's at import, before cuInit). dlopen by path compares files, not
+ * sonames, so it would map a second CUPTI next to the first: two copies hooking one driver,
+ * each missing what the other was told. The loaded one is used instead, with one line.
+ * 1: nothing else is loaded (or it is that very file), go on with the configured path.
+ */
+static int try_loaded_instead_of(const char *configured_path, char *reason, size_t reason_len)
+{
+  void *handle = dlopen(CUPTI_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  struct link_map *lm = NULL;
+  struct stat want, have;
+  int ret;
+
+  /* A bare name is looked up by soname too, and finds the loaded one itself. */
+  if (!handle)
+    return 1;
+  if (!strchr(configured_path, '/') || dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm ||
+      !lm->l_name || !lm->l_name[0] ||
+      (stat(configured_path, &want) == 0 && stat(lm->l_name, &have) == 0 &&
+       want.st_dev == have.st_dev && want.st_ino == have.st_ino)) {
+    dlclose(handle);
+    return 1;
+  }
+  log_warn("GPUPROF_CUPTI_PATH=%s is not used: this process already loaded CUPTI from %s and "
+           "a second CUPTI cannot work in one process; using the loaded one",
+           configured_path, lm->l_name);
+  ret = adopt(handle, CUPTI_SONAME, reason, reason_len);
+  if (ret)
+    dlclose(handle); /* drops only the reference RTLD_NOLOAD took */
+  return ret;
+}
+
 int cupti_loader_open(const char *configured_path, int wheels_only, char *reason, size_t reason_len)
 {
   static struct wheel_search ws; /* large; init runs once */
@@ -248,8 +301,12 @@ int cupti_loader_open(const char *configured_path, int wheels_only, char *reason
   char path[PATH_MAX];
   int ret;
 
-  if (configured_path && configured_path[0])
+  if (configured_path && configured_path[0]) {
+    ret = try_loaded_instead_of(configured_path, reason, reason_len);
+    if (ret != 1)
+      return ret;
     return cupti_loader_open_path(configured_path, reason, reason_len);
+  }
 
   if (wheels_only) {
     log_debug("GPUPROF_TEST_CUPTI_WHEELS_ONLY: skipping the library path and the toolkit");
@@ -291,6 +348,22 @@ wheels:
     }
   }
 
+  path[0] = '\0';
+  dl_iterate_phdr(find_other_major, path);
+  if (path[0]) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const char *major = base + strlen("libcupti.so.");
+    char built[32];
+    int len = (int)strspn(major, "0123456789");
+
+    describe_version(CUPTI_API_VERSION, built, sizeof(built));
+    snprintf(reason, reason_len,
+             "cannot find %s (tried %s); this process uses %s, the CUPTI of CUDA %.*s, which "
+             "this gpuprof (built for %s) cannot read; gpuprof is inactive in this process; use "
+             "the gpuprof build made with the CUDA %.*s toolkit",
+             CUPTI_SONAME, tried, path, len, major, built, len, major);
+    return -ENOENT;
+  }
   snprintf(reason, reason_len,
            "cannot find %s (tried %s); gpuprof is inactive in this process; set "
            "GPUPROF_CUPTI_PATH to its full path (it ships with the CUDA 13 toolkit and in the "

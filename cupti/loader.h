@@ -46,7 +46,8 @@ extern struct cupti_api cupti_fn;
 /*
  * Search order (the first library found is used; a second copy of CUPTI in one process is
  * never loaded):
- *   1. configured_path (GPUPROF_CUPTI_PATH) if non-empty, and nothing else;
+ *   1. configured_path (GPUPROF_CUPTI_PATH) if non-empty, and nothing else; but when the
+ *      process already has another libcupti.so.13 file loaded, that one (with one warning);
  *   2. "libcupti.so.13" through the normal library search (also finds an already loaded one);
  *   3. the toolkit gpuprof was built against: GPUPROF_CUPTI_LIBDIR, <toolkit>/extras/CUPTI/lib64;
  *   4. PyTorch wheels: for every loaded object under .../site-packages/ or .../dist-packages/,

@@ -55,6 +55,41 @@ static void test_lookup(void)
   CHECK(e && e->cls == CBID_FREE && e->ptr_off == offsetof(cudaFreeAsync_v11020_params, devPtr));
   e = cbid_lookup(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2);
   CHECK(e && e->cls == CBID_MEMCPY);
+  /* Batched copies: CUDA 13's entry points (796..799) and 12.8's (776..779, still exported
+   * by the CUDA 13 driver for binaries built against the older headers). */
+  for (unsigned id = 776; id <= 779; id++) {
+    e = cbid_lookup(CUPTI_CB_DOMAIN_DRIVER_API, id);
+    CHECK(e && e->cls == CBID_MEMCPY);
+    e = cbid_lookup(CUPTI_CB_DOMAIN_DRIVER_API, id + 20);
+    CHECK(e && e->cls == CBID_MEMCPY);
+  }
+  /* Every runtime copy entry point libcudart.so.13 exports, arrays and their per-thread
+   * variants included: a missing one leaves its copies without their call. */
+  static const unsigned runtime_copies[] = {
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToArray_ptds_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromArray_ptds_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DToArray_ptds_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DFromArray_ptds_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToArrayAsync_v3020,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToArrayAsync_ptsz_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromArrayAsync_v3020,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromArrayAsync_ptsz_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DToArrayAsync_v3020,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DToArrayAsync_ptsz_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DFromArrayAsync_v3020,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DFromArrayAsync_ptsz_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyArrayToArray_v3020,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyArrayToArray_ptds_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DArrayToArray_v3020,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DArrayToArray_ptds_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v12080,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_ptsz_v12080,
+      CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000,
+  };
+  for (unsigned i = 0; i < sizeof(runtime_copies) / sizeof(runtime_copies[0]); i++) {
+    e = cbid_lookup(CUPTI_CB_DOMAIN_RUNTIME_API, runtime_copies[i]);
+    CHECK(e && e->cls == CBID_MEMCPY);
+  }
   e = cbid_lookup(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2);
   CHECK(e && e->cls == CBID_SYNC);
 

@@ -312,6 +312,63 @@ static void test_sync_timing(void)
   CHECK_EQ(events[1].end_ns - events[1].start_ns, 1500);
 }
 
+/*
+ * Records of kinds the agent never enables (another client's RUNTIME, legacy MEMORY) are
+ * stepped over by their size and the records after them are read; enum values outside the
+ * 13.0 ranges, a NULL kernel name, correlation id 0 and the largest byte counts pass through
+ * without being mistaken for a known value.
+ */
+static void test_foreign_and_hostile_records(void)
+{
+  struct decode_stats st = {0};
+  CUpti_ActivityAPI *api;
+  CUpti_ActivityMemory *legacy;
+  CUpti_ActivityMemcpy6 *c;
+  CUpti_ActivityMemory4 *m;
+  CUpti_ActivityKernel10 *k;
+
+  memset(buffer, 0, sizeof(buffer));
+  used = 0;
+  api = append(sizeof(*api));
+  api->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+  api->correlationId = 5;
+  c = append(sizeof(*c));
+  c->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  c->copyKind = 200;
+  c->srcKind = 0xff;
+  c->bytes = UINT64_MAX;
+  c->start = 10;
+  c->end = 20;
+  legacy = append(sizeof(*legacy));
+  legacy->kind = CUPTI_ACTIVITY_KIND_MEMORY;
+  m = append(sizeof(*m));
+  m->kind = CUPTI_ACTIVITY_KIND_MEMORY2;
+  m->memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_FORCE_INT;
+  m->memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_FORCE_INT;
+  m->bytes = UINT64_MAX;
+  k = append(sizeof(*k));
+  k->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k->start = 30;
+  k->end = 40;
+  n_events = 0;
+  decode_buffer(buffer, used, collect, NULL, &st);
+  CHECK_EQ(st.records, 5);
+  CHECK_EQ(st.events, 3);
+  CHECK_EQ(st.invalid_records, 0);
+  CHECK_EQ(n_events, 3);
+  CHECK_EQ(events[0].kind, EVENT_MEMCPY);
+  CHECK_EQ(events[0].u.memcpy.copy_kind, EVENT_COPY_UNKNOWN);
+  CHECK_EQ(events[0].u.memcpy.bytes, UINT64_MAX);
+  CHECK_EQ(events[0].corr_id, 0);
+  CHECK_EQ(events[1].kind, EVENT_MEMORY);
+  CHECK(events[1].u.memory.op != EVENT_MEMORY_ALLOCATION &&
+        events[1].u.memory.op != EVENT_MEMORY_RELEASE);
+  CHECK_EQ(events[1].u.memory.bytes, UINT64_MAX);
+  CHECK_EQ(events[2].kind, EVENT_KERNEL);
+  CHECK(events[2].u.kernel.name == NULL);
+  CHECK_EQ(events[2].end_ns - events[2].start_ns, 10);
+}
+
 int main(void)
 {
   char reason[1024] = "";
@@ -325,5 +382,6 @@ int main(void)
   RUN(test_invalid_kind_and_truncation);
   RUN(test_sync_timing);
   RUN(test_unmodelled_kind);
+  RUN(test_foreign_and_hostile_records);
   UNIT_EXIT();
 }
