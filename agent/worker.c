@@ -82,16 +82,22 @@ int worker_add_consumer(const struct worker_consumer *c)
   return 0;
 }
 
-static void process(struct item *it)
+/* Host-side drops are counted by CUPTI since the last call (the call resets the count). */
+static void count_dropped(void)
 {
-  struct decode_stats ds = {0};
   size_t dropped = 0;
 
-  decode_buffer(it->buffer, it->valid_size, on_event, w.agg, &ds);
-  /* Host-side drops are counted by CUPTI since the last call (the call resets the count). */
   if (cupti_fn.ActivityGetNumDroppedRecords &&
       cupti_fn.ActivityGetNumDroppedRecords(NULL, 0, &dropped) == CUPTI_SUCCESS && dropped)
     ADD(dropped, dropped);
+}
+
+static void process(struct item *it)
+{
+  struct decode_stats ds = {0};
+
+  decode_buffer(it->buffer, it->valid_size, on_event, w.agg, &ds);
+  count_dropped();
   ADD(buffers, 1);
   ADD(records, ds.records);
   ADD(invalid, ds.invalid_records);
@@ -155,6 +161,9 @@ static void *worker_main(void *arg)
   }
   w.accepting = 0;
   pthread_mutex_unlock(&w.lock);
+  /* Records dropped while every buffer was in this thread's hands, after the last buffer it
+   * processed: no buffer completes after them, so only this read counts them. */
+  count_dropped();
   return NULL;
 }
 

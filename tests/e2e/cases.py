@@ -372,6 +372,90 @@ def _(f, run, env):
     small_capture(f, run)
 
 
+# ---- overload (tests/e2e/overload.c) ----
+
+STORM_LAUNCHES = 20000
+KERNEL_NS_32_THREADS = 2000  # the simulator's default: 2000 ns + 32 threads / 64 (rounded down)
+
+
+@case("overload_storm")
+def _(f, run, env):
+    # 20000 launches against one 64 KiB buffer (GPUPROF_BUFFER_LIMIT = GPUPROF_BUFFER_SIZE).
+    # A stream holds 1024 pending ops, so when the buffer fills the host is ~1024 launches
+    # ahead of the GPU and its records drop until the buffer's last kernel has run and the
+    # worker returned it: drops are certain, their number is the simulator's business. Every
+    # launch is either a kernel in the summary or a dropped record, counted once; nothing is
+    # lost in the agent. No other GPU record follows context creation (whose records fit in
+    # the first buffer), so the drops are all kernels.
+    s = summary_header(f, run)
+    if s is None:
+        return
+    consistency(f, s)
+    k, losses = s.get("kernels", {}), s.get("losses", {})
+    count, dropped = k.get("count", 0), losses.get("cupti_dropped_records", 0)
+    f.eq("kernels.count + losses.cupti_dropped_records", count + dropped, STORM_LAUNCHES)
+    f.check(dropped > 0 and losses.get("buffer_pool_exhausted", 0) > 0,
+            f"the one-buffer pool ran dry (losses {losses})")
+    f.eq("api (every launch counted at its callback)", s.get("api"),
+         {"runtime": 0, "driver": STORM_LAUNCHES})
+    f.eq("joins (every decoded kernel joined, none to an unknown call)", s.get("joins"),
+         {"runtime": 0, "driver": count, "unknown": 0})
+    f.match("kernels.by_name", k.get("by_name"),
+            [{"name": "_Z5stormv", "count": count, "gpu_time_ns": k.get("gpu_time_ns"),
+              "apis": {"cuLaunchKernel": count}, "devices": [0], "streams": [[0, V("ctx"), V("s")]]}])
+    # Kernels still running at the exit flush arrive without timestamps and add no time.
+    zero = losses.get("zero_timestamps", 0)
+    f.eq("kernels.gpu_time_ns", k.get("gpu_time_ns"), (count - zero) * KERNEL_NS_32_THREADS)
+    f.match("losses (besides drops and untimed kernels)", losses,
+            dict(LOSSES_NONE, cupti_dropped_records=dropped, zero_timestamps=zero,
+                 buffer_pool_exhausted=losses.get("buffer_pool_exhausted")))
+    st = s.get("stacks", {})
+    sampled = sum(e.get("sampled", 0) for e in st.get("by_kernel_time", []))
+    f.eq("stacks: sampled + kernels_without_stack.launches == kernels.count",
+         sampled + st.get("kernels_without_stack", {}).get("launches", 0), count)
+    # The pool running dry is said once.
+    f.eq("number of gpuprof lines on stderr", len(run.agent_lines), 1)
+    if run.agent_lines:
+        f.check("GPUPROF_BUFFER_LIMIT" in run.agent_lines[0],
+                f"line {run.agent_lines[0]!r} names GPUPROF_BUFFER_LIMIT")
+
+
+@case("overload_wrap")
+def _(f, run, env):
+    # GPUPROF_CORR_TABLE_SIZE=1K (1024 slots) and every record decoded at exit. Correlation ids
+    # are consecutive: A1 = x..x+1023 (cuLaunchKernel, main thread), x+1024 thread B's
+    # cuCtxSetCurrent (not traced: no slot written), B = x+1025..x+2048 (cuLaunchKernelEx,
+    # thread B), A2 = x+2049..x+2560, x+2561 cuCtxSynchronize. A call's slot still holds it at
+    # exit unless a traced call 1024k ids later took it: A1 all lost (x+i to B or, for i = 0,
+    # to x+2048), B's first 513 (to A2 and the synchronize), none of A2. A lost join counts as
+    # unknown ("?"); a wrong one would give a kernel the other's API or stack.
+    s = summary_header(f, run)
+    if s is None:
+        return
+    consistency(f, s)
+    ctx, null = V("ctx"), V("stream:null")
+    ns = KERNEL_NS_32_THREADS
+    f.match("kernels.by_name", s.get("kernels", {}).get("by_name"), [
+        kernel("_Z6wrap_av", 1536, ns, {"?": 1024, "cuLaunchKernel": 512}, [[0, ctx, null]]),
+        kernel("_Z6wrap_bv", 1024, ns, {"?": 513, "cuLaunchKernelEx": 511}, [[0, ctx, null]]),
+    ])
+    f.eq("joins", s.get("joins"), {"runtime": 0, "driver": 512 + 511, "unknown": 1024 + 513})
+    f.eq("api", s.get("api"), {"runtime": 0, "driver": 1024 + 1024 + 512 + 1})
+    f.match("losses", s.get("losses"), dict(LOSSES_NONE, unknown_correlation=1024 + 513))
+    # GPUPROF_STACKS=all: each joined kernel carries its own call's stack (its launcher, on its
+    # thread); the unknown ones have none.
+    st = s.get("stacks", {})
+    got = sorted((e.get("kernel"), e.get("launches"), e.get("sampled"),
+                  [fr.get("function", "").split(".")[0] for fr in e.get("frames", [])[1:3]])
+                 for e in st.get("by_kernel_time", []))
+    f.eq("stacks.by_kernel_time (kernel, launches, sampled, the two callers)", got,
+         [("wrap_a()", 512, 512, ["wrap_launch_a", "main"]),
+          ("wrap_b()", 511, 511, ["wrap_launch_b", "wrap_thread_b"])])
+    f.eq("stacks.kernels_without_stack.launches", st.get("kernels_without_stack", {}).get("launches"),
+         1024 + 513)
+    no_agent_lines(f, run)
+
+
 @case("cupti_other_subscriber")
 def _(f, run, env):
     inactive(f, run, ["nsys"])

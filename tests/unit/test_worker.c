@@ -5,12 +5,23 @@
 #include "agent/corr.h"
 #include "agent/worker.h"
 #include "cupti/buffers.h"
+#include "cupti/loader.h"
 #include "unit.h"
 
 static struct buffer_pool *pool;
 static uint8_t *late;        /* a buffer CUPTI completes while the worker is stopping */
 static _Atomic int stopping; /* set just before worker_stop */
 static _Atomic int late_result = 1;
+static _Atomic size_t cupti_drops; /* CUPTI's dropped-record counter (reset on read) */
+static _Atomic int drops_injected;
+
+static CUptiResult CUPTIAPI fake_dropped(CUcontext ctx, uint32_t stream, size_t *dropped)
+{
+  (void)ctx;
+  (void)stream;
+  *dropped = atomic_exchange(&cupti_drops, 0);
+  return CUPTI_SUCCESS;
+}
 
 /* The final tick (worker_stop) can be long (a consumer writing its last window); CUPTI's own
  * thread may complete a buffer meanwhile. Submitted from the tick itself to hit that window. */
@@ -21,11 +32,16 @@ static void tick(void *arg, uint64_t now_ns)
   if (atomic_load(&stopping) && late) {
     atomic_store(&late_result, worker_submit(late, 0));
     late = NULL;
+  } else if (atomic_load(&stopping) && !atomic_exchange(&drops_injected, 1)) {
+    /* CUPTI dropped records after the last buffer the worker processed (every buffer was in
+     * the worker's hands), and no buffer completes after them: still counted. */
+    atomic_fetch_add(&cupti_drops, 7);
   }
 }
 
 /* A buffer completed while the worker stops is processed (or refused and counted as lost),
- * never left in the queue: it goes back to the pool either way. */
+ * never left in the queue: it goes back to the pool either way. Records CUPTI dropped after
+ * the last buffer the worker processed are still counted. */
 static void test_stop_drains_late_buffer(void)
 {
   struct corr_table *corr = corr_table_new(1024);
@@ -36,6 +52,7 @@ static void test_stop_drains_late_buffer(void)
   pool = buffer_pool_new(64 << 10, 256 << 10);
   CHECK(pool && agg);
   CHECK_EQ(worker_add_consumer(&c), 0);
+  cupti_fn.ActivityGetNumDroppedRecords = fake_dropped;
   /* An hour between flushes: the only ticks are after batches and the final one. */
   CHECK_EQ(worker_start(pool, agg, 3600ull * 1000000000ull), 0);
   late = buffer_pool_get(pool);
@@ -49,6 +66,8 @@ static void test_stop_drains_late_buffer(void)
   else
     CHECK_EQ(st.lost_buffers, 1); /* refused: counted */
   CHECK_EQ(buffer_pool_available(pool), 4);
+  CHECK_EQ(atomic_load(&drops_injected), 1);
+  CHECK_EQ(st.dropped_records, 7);
   /* After the stop, completions are refused. */
   CHECK(worker_submit(buffer_pool_get(pool), 0) != 0);
 }
