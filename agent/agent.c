@@ -27,6 +27,8 @@
 #include "cupti/loader.h"
 #include "cupti/subscriber.h"
 
+/* Exit-path bounds (docs/CONFIGURATION.md "Exit delay" has their sum). */
+#define WORKER_PAUSE_TIMEOUT_MS 2000
 #define WORKER_STOP_TIMEOUT_MS 5000
 
 _Atomic int agent_state_word = AGENT_UNINIT;
@@ -263,7 +265,7 @@ static void write_outputs(int active)
 
 void agent_shutdown(void)
 {
-  int saved, entered, stopped;
+  int saved, entered, stopped, flushed;
 
   /* Before the lock: a forked child may have inherited it held. */
   if (getpid() != init_pid)
@@ -287,9 +289,12 @@ void agent_shutdown(void)
     subscriber_disable_activity();
     /* From here every callback is a no-op (one load of the state word). */
     set_state(AGENT_STOPPING);
-    /* The worker must not be inside a FlushAll(0) while we force the final one. */
-    worker_pause_flushing();
-    cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    /* The worker must not be inside a FlushAll(0) while we force the final one. A flush
+     * that does not return in time means CUPTI is stuck (a wedged GPU or driver): the forced
+     * one would block the same way, so it is skipped and the summary says it is incomplete. */
+    flushed = worker_pause_flushing(WORKER_PAUSE_TIMEOUT_MS) == 0;
+    if (flushed)
+      cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     /* The last, partial window(s) once the worker has delivered every record; before the
      * uploader's final flush, which then sends them. */
     stopped = worker_stop(WORKER_STOP_TIMEOUT_MS) == 0;
@@ -306,9 +311,11 @@ void agent_shutdown(void)
      * Workaround: with CUDA 13.0-13.1, libcupti unloaded at exit without cuptiFinalize can
      * crash the process (fixed in 13.2; PAPI does the same, icl-utk-edu/papi#594). Finalize
      * after everything was flushed and written; buffers it still completes are returned
-     * unread (the worker is gone).
+     * unread (the worker is gone). Not while a flush is stuck inside CUPTI on the worker
+     * thread: Finalize synchronizes every context and would wait on the same wedged GPU.
      */
-    cupti_fn.Finalize();
+    if (flushed)
+      cupti_fn.Finalize();
     set_state(AGENT_STOPPED);
     break;
   case AGENT_INACTIVE:

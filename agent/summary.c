@@ -310,6 +310,9 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
   json_writer_kv_uint(w, "unknown_correlation", t->joins_unknown);
   json_writer_kv_uint(w, "unknown_frees", in->mem ? in->mem->unknown_frees : 0);
   json_writer_kv_uint(w, "buffer_pool_exhausted", in->buffer_pool_exhausted);
+  json_writer_kv_uint(w, "lost_buffers", in->worker.lost_buffers);
+  json_writer_key(w, "exit_incomplete");
+  json_writer_bool(w, in->worker.exit_incomplete != 0);
   json_writer_end_object(w);
 
   write_pyroscope(w);
@@ -516,19 +519,22 @@ void summary_print(const struct summary_input *in, const char *written_to)
   }
 
   losses = in->worker.dropped_records + in->worker.zero_timestamps + in->worker.invalid_records +
-           t->joins_unknown + (in->mem ? in->mem->unknown_frees : 0) + in->buffer_pool_exhausted;
-  if (!losses)
+           t->joins_unknown + (in->mem ? in->mem->unknown_frees : 0) + in->buffer_pool_exhausted +
+           in->worker.lost_buffers;
+  if (!losses && !in->worker.exit_incomplete)
     fd_writer_printf(&fw, "gpuprof:   losses: none\n");
   else
     fd_writer_printf(
         &fw,
         "gpuprof:   losses: %llu dropped records, %llu without timestamps, %llu invalid, "
-        "%llu unknown correlation, %llu unknown frees, %llu buffer requests refused\n",
+        "%llu unknown correlation, %llu unknown frees, %llu buffer requests refused, "
+        "%llu buffers unread%s\n",
         (unsigned long long)in->worker.dropped_records,
         (unsigned long long)in->worker.zero_timestamps,
         (unsigned long long)in->worker.invalid_records, (unsigned long long)t->joins_unknown,
         (unsigned long long)(in->mem ? in->mem->unknown_frees : 0),
-        (unsigned long long)in->buffer_pool_exhausted);
+        (unsigned long long)in->buffer_pool_exhausted, (unsigned long long)in->worker.lost_buffers,
+        in->worker.exit_incomplete ? " (incomplete: the exit path gave up waiting on CUPTI)" : "");
   aggregate_unlock(in->agg);
   free(kernels);
 out:

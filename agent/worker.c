@@ -47,6 +47,7 @@ static struct {
 
 static struct {
   _Atomic uint64_t buffers, records, dropped, invalid, zero_ts, flushes, lost;
+  _Atomic int exit_incomplete;
 } stats;
 
 /* Set in a forked child (worker_forget): w.lock may be held there by a thread that does not
@@ -174,6 +175,9 @@ int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush
   int ret;
 
   w.cap = buffer_pool_count(pool) + 1;
+  /* A restart after a joined worker_stop (unit tests): nothing uses the old queue any more. */
+  free(w.queue);
+  free(w.batch);
   w.queue = calloc(w.cap, sizeof(*w.queue));
   w.batch = calloc(w.cap, sizeof(*w.batch));
   if (!w.queue || !w.batch) {
@@ -185,6 +189,10 @@ int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush
   w.flush_interval_ns = flush_interval_ns;
   w.flush_enabled = 1;
   w.accepting = 1;
+  /* Restartable after a worker_stop that joined the thread (the unit tests start it again). */
+  w.stop = 0;
+  w.flushing = 0;
+  w.head = w.count = 0;
 
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -254,13 +262,29 @@ void worker_flush_end(void)
   pthread_mutex_unlock(&w.lock);
 }
 
-void worker_pause_flushing(void)
+int worker_pause_flushing(unsigned timeout_ms)
 {
+  struct timespec deadline;
+  int ret = 0;
+
+  /* w.settled waits on CLOCK_MONOTONIC (worker_start). */
+  deadline = clock_ns_to_timespec(clock_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull);
   pthread_mutex_lock(&w.lock);
   w.flush_enabled = 0;
-  while (w.flushing)
-    pthread_cond_wait(&w.settled, &w.lock);
+  while (w.flushing && ret == 0)
+    ret = pthread_cond_timedwait(&w.settled, &w.lock, &deadline);
+  /* A wakeup at the deadline that finds the flush over is not a timeout. */
+  ret = w.flushing ? -ETIMEDOUT : 0;
   pthread_mutex_unlock(&w.lock);
+  if (ret) {
+    /* A wedged GPU or driver (a hung kernel, a collective that never completes): the
+     * application's exit must not wait on it. */
+    atomic_store(&stats.exit_incomplete, 1);
+    log_warn("cuptiActivityFlushAll did not return within %u ms; skipping the final flush, so "
+             "records CUPTI still holds are lost and the summary is incomplete",
+             timeout_ms);
+  }
+  return ret;
 }
 
 int worker_stop(unsigned timeout_ms)
@@ -281,9 +305,25 @@ int worker_stop(unsigned timeout_ms)
   deadline = clock_ns_to_timespec(clock_realtime_ns() + (uint64_t)timeout_ms * 1000000ull);
   ret = pthread_timedjoin_np(w.thread, NULL, &deadline);
   if (ret) {
-    /* Better an incomplete summary than a process that cannot exit. */
-    log_warn("the worker thread did not finish within %u ms; writing the summary without it",
-             timeout_ms);
+    unsigned left;
+
+    /* Better an incomplete summary than a process that cannot exit. What is still queued
+     * will never be read: counted as lost and given back now; a worker that wakes later
+     * finds the queue empty and refuses further buffers (worker_submit counts those). */
+    pthread_mutex_lock(&w.lock);
+    w.accepting = 0;
+    left = w.count;
+    while (w.count) {
+      buffer_pool_put(w.pool, w.queue[w.head].buffer);
+      w.head = (w.head + 1) % w.cap;
+      w.count--;
+    }
+    pthread_mutex_unlock(&w.lock);
+    ADD(lost, left);
+    atomic_store(&stats.exit_incomplete, 1);
+    log_warn("the worker thread did not finish within %u ms; writing the summary without it "
+             "(%u completed buffers unread)",
+             timeout_ms, left);
     pthread_detach(w.thread);
     return -ETIMEDOUT;
   }
@@ -299,6 +339,7 @@ void worker_get_stats(struct worker_stats *out)
   out->zero_timestamps = atomic_load(&stats.zero_ts);
   out->flushes = atomic_load(&stats.flushes);
   out->lost_buffers = atomic_load(&stats.lost);
+  out->exit_incomplete = atomic_load(&stats.exit_incomplete);
 }
 
 void worker_forget(void)

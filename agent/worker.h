@@ -37,7 +37,11 @@ struct worker_stats {
   uint64_t invalid_records; /* buffers that ended in an unreadable record */
   uint64_t zero_timestamps; /* GPU records without timing */
   uint64_t flushes;         /* periodic cuptiActivityFlushAll(0) calls */
-  uint64_t lost_buffers;    /* completed after the worker stopped: returned unread */
+  uint64_t lost_buffers;    /* never read: still queued when the worker could not be stopped
+                             * at exit, or completed after it stopped */
+  int exit_incomplete;      /* an exit wait timed out (a flush that did not return, a worker
+                             * not joined): records CUPTI or the worker still held are in no
+                             * count */
 };
 
 /*
@@ -53,8 +57,12 @@ int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush
 /* From the completion callback (any thread): queue a buffer. -ESHUTDOWN when not running. */
 int worker_submit(uint8_t *buffer, size_t valid_size);
 
-/* Stops periodic flushing and waits until a flush in progress has returned. */
-void worker_pause_flushing(void);
+/*
+ * Stops periodic flushing and waits at most timeout_ms for a flush in progress to return.
+ * -ETIMEDOUT (one warning line; the summary then says it is incomplete) when it did not:
+ * CUPTI is stuck, and the caller must not flush again (it would block the same way).
+ */
+int worker_pause_flushing(unsigned timeout_ms);
 
 /*
  * A consumer's own cuptiActivityFlushAll(0) (from its tick, on the worker thread) between
@@ -65,7 +73,8 @@ int worker_flush_begin(void);
 void worker_flush_end(void);
 
 /* Processes what is queued, stops and joins the thread (waits at most timeout_ms; returns
- * -ETIMEDOUT if the thread did not finish, and then leaves it running detached). Idempotent. */
+ * -ETIMEDOUT if the thread did not finish, and then leaves it running detached, refuses
+ * further buffers and counts those it left queued as lost_buffers). Idempotent. */
 int worker_stop(unsigned timeout_ms);
 
 void worker_get_stats(struct worker_stats *out);

@@ -644,24 +644,40 @@ static unsigned enable_resource_callbacks(void)
   return failed;
 }
 
-/* Enables the kinds that are off: the object kinds (dump) or the others. */
-static void enable_kinds(int dump)
+#define KINDS_RECORDS 1 /* the kinds of activity records */
+#define KINDS_OBJECTS 2 /* the object kinds, enabled with a dump of what exists */
+
+/*
+ * Enables the kinds of `which` that are off. The kinds CUPTI refuses are named in one line,
+ * each kind once per process (on-demand captures enable the kinds again each time): an old
+ * driver refuses them all, which must not cost the application a screenful of stderr.
+ */
+static void enable_kinds(int which)
 {
+  char failed[512] = "";
+  size_t len = 0, n_failed = 0, n_tried = 0;
   CUptiResult res;
 
   for (unsigned i = 0; i < N_KINDS; i++) {
-    if (kind_enabled[i] || activity_kinds[i].dump != dump)
+    if (kind_enabled[i] || !(which & (activity_kinds[i].dump ? KINDS_OBJECTS : KINDS_RECORDS)))
       continue;
+    n_tried++;
     res = activity_kinds[i].dump ? cupti_fn.ActivityEnableAndDump(activity_kinds[i].kind)
                                  : cupti_fn.ActivityEnable(activity_kinds[i].kind);
     kind_enabled[i] = res == CUPTI_SUCCESS;
-    /* Once per kind: on-demand captures enable the kinds again each time. */
     if (res != CUPTI_SUCCESS && !kind_warned[i]) {
+      int w = snprintf(failed + len, sizeof(failed) - len, "%s%s (%s)", n_failed ? ", " : "",
+                       activity_kinds[i].name, cupti_result_string(res));
       kind_warned[i] = 1;
-      log_warn("cannot enable CUPTI activity kind %s: %s; continuing without those records",
-               activity_kinds[i].name, cupti_result_string(res));
+      n_failed++;
+      if (w > 0 && (size_t)w < sizeof(failed) - len)
+        len += (size_t)w;
     }
   }
+  if (n_failed)
+    log_warn("cannot enable CUPTI activity kind%s %s; continuing without %s records",
+             n_failed == 1 ? "" : "s", failed,
+             n_failed == n_tried && which == (KINDS_RECORDS | KINDS_OBJECTS) ? "any GPU" : "those");
 }
 
 void subscriber_enable(void)
@@ -673,22 +689,21 @@ void subscriber_enable(void)
   if (failed)
     log_info("%u of %zu callbacks could not be enabled (run with GPUPROF_LOG=debug for the list)",
              failed, (size_t)n + sizeof(resource_cbids) / sizeof(resource_cbids[0]));
-  enable_kinds(0);
-  enable_kinds(1);
+  enable_kinds(KINDS_RECORDS | KINDS_OBJECTS);
 }
 
 void subscriber_enable_ondemand(void)
 {
   if (enable_resource_callbacks())
     log_info("some resource callbacks could not be enabled (run with GPUPROF_LOG=debug)");
-  enable_kinds(1);
+  enable_kinds(KINDS_OBJECTS);
 }
 
 void subscriber_capture_begin(int api_callbacks)
 {
   if (api_callbacks && set_api_callbacks(1))
     log_info("some API callbacks could not be enabled (run with GPUPROF_LOG=debug)");
-  enable_kinds(0);
+  enable_kinds(KINDS_RECORDS);
 }
 
 void subscriber_capture_end(void)

@@ -25,6 +25,7 @@ MIB = 1024 * 1024
 LOSSES_NONE = {
     "cupti_dropped_records": 0, "zero_timestamps": 0, "invalid_records": 0,
     "unknown_correlation": 0, "unknown_frees": 0, "buffer_pool_exhausted": 0,
+    "lost_buffers": 0, "exit_incomplete": False,
 }
 
 
@@ -456,6 +457,38 @@ def _(f, run, env):
     no_agent_lines(f, run)
 
 
+HUNG_LAUNCHES = 3000
+KERNEL_RECORD_BYTES = 216  # the simulator writes CUpti_ActivityKernel10 (CUDA 13.0 headers)
+HUNG_BUFFER_BYTES = 64 * 1024  # GPUPROF_BUFFER_SIZE=64K
+
+
+@case("hung_flush")
+def _(f, run, env):
+    # FAKEGPU_CUPTI_FAULT=hung_flush, GPUPROF_FLUSH_INTERVAL=1ms: the worker's first periodic
+    # flush never returns, before the program launches anything. The program's exit status and
+    # stdout are the baseline's (run_case.py) and it ends well inside the runner's hang guard:
+    # the exit path waits 2 s for the flush, skips the forced one, waits 5 s for the worker.
+    s = summary_header(f, run, window=False)
+    if s is None:
+        return
+    # Nothing was decoded: the 3000 launches and the synchronize were seen as API calls only.
+    f.eq("api", s.get("api"), {"runtime": 0, "driver": HUNG_LAUNCHES + 1})
+    f.eq("kernels", s.get("kernels"), {"count": 0, "gpu_time_ns": 0, "by_name": []})
+    f.eq("joins", s.get("joins"), {"runtime": 0, "driver": 0, "unknown": 0})
+    # One shared CUPTI buffer at a time (PER_THREAD_ACTIVITY_BUFFER=0): each full 64 KiB buffer
+    # holds 303 kernel records; the context's few earlier records take less than the last
+    # buffer's slack (3030 - 3000 records), so 9 buffers were completed and queued, never read.
+    # The last, partial one stays inside CUPTI: only exit_incomplete accounts for it.
+    full = HUNG_LAUNCHES // (HUNG_BUFFER_BYTES // KERNEL_RECORD_BYTES)
+    f.match("losses", s.get("losses"), dict(LOSSES_NONE, lost_buffers=full, exit_incomplete=True))
+    f.eq("gpuprof lines on stderr", run.agent_lines, [
+        "gpuprof: worker: cuptiActivityFlushAll did not return within 2000 ms; skipping the final "
+        "flush, so records CUPTI still holds are lost and the summary is incomplete",
+        "gpuprof: worker: the worker thread did not finish within 5000 ms; writing the summary "
+        f"without it ({full} completed buffers unread)",
+    ])
+
+
 @case("cupti_other_subscriber")
 def _(f, run, env):
     inactive(f, run, ["nsys"])
@@ -530,6 +563,27 @@ def _(f, run, env):
     if run.agent_lines:
         f.check("GPUPROF_BUFFER_LIMIT" in run.agent_lines[0],
                 f"line {run.agent_lines[0]!r} names GPUPROF_BUFFER_LIMIT")
+
+
+@case("kinds_refused")
+def _(f, run, env):
+    # CUPTI refuses every activity kind (callbacks work): one stderr line names every kind and
+    # its error and says no GPU records will come; API calls and allocations are still counted
+    # from callbacks, and nothing else is said.
+    s = summary_header(f, run, window=False)
+    if s is None:
+        return
+    f.eq("kernels.count (no records)", s.get("kernels", {}).get("count"), 0)
+    f.eq("memcpy (no records)", s.get("memcpy"), {})
+    f.match("memory (from callbacks)", s.get("memory"), [mem(0, 1, 8192, 8192, {"device": 8192})])
+    f.eq("api", s.get("api"), {"runtime": 0, "driver": 11})
+    f.eq("number of gpuprof lines on stderr", len(run.agent_lines), 1)
+    if run.agent_lines:
+        line = run.agent_lines[0]
+        for kind in ("CONCURRENT_KERNEL", "MEMCPY", "MEMCPY2", "MEMSET", "MEMORY2", "MEMORY_POOL",
+                     "SYNCHRONIZATION", "OVERHEAD", "DEVICE", "CONTEXT", "STREAM"):
+            f.check(f"{kind} (CUPTI_ERROR_NOT_SUPPORTED)" in line, f"line {line!r} names {kind}")
+        f.check("without any GPU records" in line, f"line {line!r} says no GPU records come")
 
 
 @case("zero_timestamps")

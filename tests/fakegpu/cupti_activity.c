@@ -233,6 +233,8 @@ static CUptiResult enable(CUpti_ActivityKind kind)
 {
   if (cu_fault.no_driver)
     return CUPTI_ERROR_UNKNOWN;
+  if (cu_fault.kinds_refused)
+    return CUPTI_ERROR_NOT_SUPPORTED;
   CUptiResult r = check_kind(kind);
   if (r != CUPTI_SUCCESS)
     return r;
@@ -841,10 +843,22 @@ static CUptiResult flush(uint32_t flag)
   return CUPTI_SUCCESS;
 }
 
+/* FAKEGPU_CUPTI_FAULT=hung_flush: a FlushAll(0) that never returns, as the real library's can
+ * while the GPU or driver is wedged (a hung kernel, a process torn down mid-collective). It
+ * blocks the calling thread for the rest of the process, holding none of the simulator's
+ * locks: other threads (the buffer worker, forced flushes, Finalize) carry on. */
+static void hang_until_exit(void)
+{
+  for (;;)
+    pause();
+}
+
 CU_API CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
   if (cu_fault.no_driver)
     return cu_ret(CUPTI_ERROR_UNKNOWN);
+  if (flag == 0 && cu_fault.hung_flush)
+    hang_until_exit();
   return cu_ret(flush(flag));
 }
 

@@ -107,6 +107,10 @@ static void read_faults(void)
       cu_fault.zero_timestamps = 1;
     else if (strcmp(t, "no_driver") == 0)
       cu_fault.no_driver = 1;
+    else if (strcmp(t, "hung_flush") == 0)
+      cu_fault.hung_flush = 1;
+    else if (strcmp(t, "kinds_refused") == 0)
+      cu_fault.kinds_refused = 1;
   }
   free(copy);
 }

@@ -22,6 +22,8 @@ struct cu_faults {
   int unknown_kind;
   int zero_timestamps;
   int no_driver;
+  int hung_flush;     /* cuptiActivityFlushAll(0) never returns */
+  int kinds_refused;  /* cuptiActivityEnable(AndDump) answers CUPTI_ERROR_NOT_SUPPORTED */
 };
 extern struct cu_faults cu_fault;
 

@@ -110,7 +110,8 @@ static void test_active_layout(void)
       "\"in_use\":0,\"peak_in_use\":8192,\"by_kind\":{\"device\":8192}}],"
       "\"joins\":{\"runtime\":2,\"driver\":0,\"unknown\":0},"
       "\"losses\":{\"cupti_dropped_records\":3,\"zero_timestamps\":0,\"invalid_records\":0,"
-      "\"unknown_correlation\":0,\"unknown_frees\":1,\"buffer_pool_exhausted\":2}}");
+      "\"unknown_correlation\":0,\"unknown_frees\":1,\"buffer_pool_exhausted\":2,"
+      "\"lost_buffers\":0,\"exit_incomplete\":false}}");
 
   aggregate_free(a);
   corr_table_free(t);

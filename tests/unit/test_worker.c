@@ -1,5 +1,7 @@
 /* Unit tests of the worker thread's queue and shutdown (agent/worker.c). */
+#include <errno.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "agent/aggregate.h"
 #include "agent/corr.h"
@@ -70,10 +72,63 @@ static void test_stop_drains_late_buffer(void)
   CHECK_EQ(st.dropped_records, 7);
   /* After the stop, completions are refused. */
   CHECK(worker_submit(buffer_pool_get(pool), 0) != 0);
+  aggregate_free(agg);
+  corr_table_free(corr);
+}
+
+static _Atomic int in_flush, release_flush;
+
+/* A FlushAll(0) stuck in a wedged driver: returns only when the test lets it. */
+static CUptiResult CUPTIAPI stuck_flush(uint32_t flag)
+{
+  (void)flag;
+  atomic_store(&in_flush, 1);
+  while (!atomic_load(&release_flush))
+    usleep(1000);
+  return CUPTI_SUCCESS;
+}
+
+/* A periodic flush that does not return: pausing gives up after its bound, stopping gives up
+ * after its own, and the buffers left queued go back to the pool, counted as lost. */
+static void test_stuck_flush_bounded(void)
+{
+  struct corr_table *corr = corr_table_new(1024);
+  struct aggregate *agg = aggregate_new(corr);
+  struct buffer_pool *p = buffer_pool_new(64 << 10, 256 << 10);
+  struct worker_stats before, st;
+  uint8_t *b1, *b2;
+
+  CHECK(p && agg);
+  worker_get_stats(&before);
+  CHECK_EQ(before.exit_incomplete, 0);
+  cupti_fn.ActivityFlushAll = stuck_flush;
+  CHECK_EQ(worker_start(p, agg, 1000000ull), 0); /* flushes every millisecond */
+  while (!atomic_load(&in_flush))
+    usleep(1000);
+  CHECK_EQ(worker_pause_flushing(50), -ETIMEDOUT);
+  /* Completed while the worker is stuck: queued, never read. */
+  b1 = buffer_pool_get(p);
+  b2 = buffer_pool_get(p);
+  CHECK(b1 && b2);
+  CHECK_EQ(worker_submit(b1, 0), 0);
+  CHECK_EQ(worker_submit(b2, 0), 0);
+  CHECK_EQ(worker_stop(50), -ETIMEDOUT);
+  worker_get_stats(&st);
+  CHECK_EQ(st.lost_buffers - before.lost_buffers, 2);
+  CHECK_EQ(st.buffers, before.buffers);
+  CHECK_EQ(st.exit_incomplete, 1);
+  CHECK_EQ(buffer_pool_available(p), 4);
+  /* Refused (and counted) from now on, even while the thread still exists. */
+  CHECK_EQ(worker_submit(buffer_pool_get(p), 0), -ESHUTDOWN);
+  worker_get_stats(&st);
+  CHECK_EQ(st.lost_buffers - before.lost_buffers, 3);
+  /* The flush returns at last: the detached thread finds nothing queued and ends. */
+  atomic_store(&release_flush, 1);
 }
 
 int main(void)
 {
   RUN(test_stop_drains_late_buffer);
+  RUN(test_stuck_flush_bounded);
   UNIT_EXIT();
 }
