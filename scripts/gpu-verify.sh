@@ -12,7 +12,7 @@ usage() {
 usage: scripts/gpu-verify.sh [--simulator] [--build DIR] [--no-build] [--bundle DIR] [--work DIR]
                              [--samples a,b] [--modes continuous,capture,gpu-only]
                              [--launches N] [--repeat K] [--require summary,pprof,trace]
-                             [--run-timeout S] [-v]
+                             [--run-timeout S] [--budget S] [-v]
 
   --simulator  run on the simulated GPU (tests/fakegpu; no NVIDIA GPU needed, no overhead goal;
                NCCL and PyTorch samples are left out)
@@ -25,9 +25,12 @@ usage: scripts/gpu-verify.sh [--simulator] [--build DIR] [--no-build] [--bundle 
   --work DIR   where the outputs of every run go (default: DIR/verify-out)
   --samples    only these samples (names in samples/expectations.json)
   --launches   launches of the overhead loop (default 200000; 20000 with --simulator)
-  --repeat     overhead runs per side, medians compared (default 5; 0: no overhead run)
+  --repeat     timed overhead runs per side after one untimed each, in alternating order,
+               medians compared (default 7; 0: no overhead run)
   --require    features whose missing outputs fail instead of reading N/A (default: all)
   --run-timeout  seconds one sample run may take before it is killed and fails (default 120)
+  --budget S   seconds for all runs (default 480, 0: none): later runs are not started (NOT RUN,
+               a failure), so the table comes out within a GPU session's 600 s command limit
   -v           print every check, not only failures
 USAGE
 }
@@ -43,7 +46,7 @@ while (($#)); do
     --fakegpu) fakegpu=$2; shift ;;
     --work) work=$2; shift ;;
     --samples) pass+=("$1" "$2") samples_given=1; shift ;;
-    --modes|--launches|--repeat|--require|--run-timeout) pass+=("$1" "$2"); shift ;;
+    --modes|--launches|--repeat|--require|--run-timeout|--budget) pass+=("$1" "$2"); shift ;;
     -v|--verbose) pass+=(-v) ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-verify: unknown argument $1" >&2; usage >&2; exit 2 ;;

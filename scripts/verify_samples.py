@@ -6,7 +6,7 @@ library path); usable alone:
 
     verify_samples.py --build BUILD_DIR --work DIR [--simulator] [--samples a,b] [--modes m,n]
                       [--launches N] [--repeat K] [--require summary,pprof,trace] [--json FILE]
-                      [--run-timeout SECONDS]
+                      [--run-timeout SECONDS] [--budget SECONDS]
 
 For every sample in samples/expectations.json and every mode it runs the sample with
 `gpuprof run` and checks the agent's outputs against the sample's stated properties:
@@ -21,14 +21,16 @@ For every sample in samples/expectations.json and every mode it runs the sample 
               trace must hold no API slices
 
 then measures overhead: samples/launch_loop run --repeat times without and with the agent
-(continuous mode), median wall time of its loop, slowdown in percent.
+(continuous mode, the agent's default window and stack sampling), after one untimed run of
+each, in alternating order; median wall time of its loop, slowdown in percent, and the
+run-to-run spread without the agent (a miss smaller than that is reported as not conclusive).
 
 A sample's "stderr_expect" lists regexes of agent lines it causes on purpose (each must match
 exactly one line); any other line starting with "gpuprof" on stderr fails the run.
 
 Check kinds (fields of a check in expectations.json; numbers may be "{launches}" or
 "{launches+1}"):
-  summary:  kernel {name, count, streams?, api?, devices?}; kernel_match {name_re, count? |
+  summary:  kernel {name, count?, streams?, api?, devices?}; kernel_match {name_re, count? |
             at_least?, devices?}; kernels_total {count? | at_least?}; distinct_streams {names};
             stream_kernels {name_count, kernels_each}; memcpy {direction, count, bytes |
             absent}; memset {count, bytes}; memory {device, allocs?, frees?, bytes_allocated?,
@@ -51,8 +53,10 @@ missing from this build; a failure when the feature is in --require) or SKIP (th
 run here: one GPU for NCCL, no torch; "skip_stdout" matches the line that says so). Off the
 simulator a skip whose line matches "skip_fails_on_gpu" fails instead (PyTorch finding no GPU
 where gpu-verify.sh found one), and skips are listed as not verified. A run that takes longer
-than --run-timeout (120 s) is killed and fails. Exit status: 0 when nothing failed, 1
-otherwise, 2 on usage errors.
+than --run-timeout (120 s) is killed and fails; runs that would start after --budget (480 s
+for all runs) are NOT RUN, which fails, so that the table is printed inside a GPU session's
+command limit even when every run hangs. Exit status: 0 when nothing failed, 1 otherwise, 2 on
+usage errors.
 """
 
 import argparse
@@ -62,6 +66,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -270,11 +275,13 @@ def check_summary(c, s, o, ctx):
             o.add("FAIL", f"kernel {c['name']}: not in the summary (kernels: "
                   f"{sorted(kernels_by_name(s))[:8]})")
             return
-        o.eq(f"kernel {c['name']} count", k["count"], g("count"))
+        if "count" in c:
+            o.eq(f"kernel {c['name']} count", k["count"], g("count"))
         if "streams" in c:
             o.eq(f"kernel {c['name']} distinct streams", len(k.get("streams", [])), c["streams"])
         if "api" in c and ctx["mode"] != "gpu-only":
-            o.eq(f"kernel {c['name']} joined APIs", k.get("apis"), {c["api"]: g("count")})
+            o.eq(f"kernel {c['name']} joined APIs", k.get("apis"),
+                 {c["api"]: g("count") if "count" in c else k["count"]})
         if "devices" in c:
             o.eq(f"kernel {c['name']} devices", sorted(k.get("devices", [])), c["devices"])
     elif kind == "kernel_match":
@@ -510,6 +517,25 @@ def run(argv, env, timeout=RUN_TIMEOUT_S):
     return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), time.monotonic() - t0
 
 
+def exit_text(rc, err, timeout, outdir):
+    """Why a run did not exit 0, in one line: the signal or the time limit, and the program's
+    last stderr line (a CUDA error such as "no kernel image is available" says it there)."""
+    if rc == "timeout":
+        why = f"exit status: 'timeout', expected 0 (killed after {timeout:.0f} s)"
+    elif rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        why = f"exit status: {rc}, expected 0 (killed by {name})"
+    else:
+        why = f"exit status: {rc}, expected 0"
+    last = [l for l in err.splitlines() if l.strip()]
+    if last:
+        why += f"; last stderr line: {last[-1][-200:]!r}"
+    return why + f" (stdout.txt, stderr.txt in {outdir})"
+
+
 def sample_argv(spec, a):
     subst = {"samples": os.path.join(a.build, "samples"), "source": ROOT,
              "python": a.python or sys.executable, "launches": str(a.launches)}
@@ -524,7 +550,13 @@ def mode_env(mode, base, outdir, overhead=False):
     env.update({"GPUPROF_MODE": "continuous", "GPUPROF_WINDOW": "1s", "GPUPROF_LOG": "warn",
                 "GPUPROF_OUTPUT_DIR": outdir, "GPUPROF_TRACE_FORMAT": "json.gz",
                 "GPUPROF_RUN_DIR": os.path.join(outdir, "run")})
-    if not overhead:
+    if overhead:
+        # The agent's defaults are what the goal is about. Windows end on wall-clock
+        # boundaries: with 1 s windows a flush falls inside the half-second loop in about
+        # every other run, which adds noise of its own; with the default 15 s, in about one
+        # run in 30, which the median absorbs.
+        del env["GPUPROF_WINDOW"]
+    else:
         # A stack for every launch: sampled launches are weighted estimates, and the checks
         # compare launch counts in the pprof files exactly. The overhead run keeps the default.
         env["GPUPROF_STACK_SAMPLE_EVERY"] = "1"
@@ -535,15 +567,17 @@ def mode_env(mode, base, outdir, overhead=False):
     return env
 
 
-def verify_run(name, spec, mode, a, env_base, reader):
-    """One sample in one mode: returns (status, Outcome, seconds, note)."""
+def verify_run(name, spec, mode, a, env_base, reader, timeout=None):
+    """One sample in one mode: returns (status, Outcome, seconds, note). timeout: this run's
+    limit in seconds (default --run-timeout)."""
+    timeout = a.run_timeout if timeout is None else timeout
     ctx = {"mode": mode, "launches": a.launches}
     outdir = os.path.join(a.work, name, mode)
     shutil.rmtree(outdir, ignore_errors=True)
     os.makedirs(outdir)
     gpuprof = os.path.join(a.build, "bin", "gpuprof")
     argv = [gpuprof, "run", "--output", outdir, "--"] + sample_argv(spec, a)
-    rc, out, err, secs = run(argv, mode_env(mode, env_base, outdir), a.run_timeout)
+    rc, out, err, secs = run(argv, mode_env(mode, env_base, outdir), timeout)
     with open(os.path.join(outdir, "stdout.txt"), "w") as f:
         f.write(out)
     with open(os.path.join(outdir, "stderr.txt"), "w") as f:
@@ -560,7 +594,10 @@ def verify_run(name, spec, mode, a, env_base, reader):
                   f"{outdir})")
             return "FAIL", o, secs, line
         return "SKIP", o, secs, line
-    o.eq("exit status", rc, 0)
+    if rc != 0:
+        o.add("FAIL", exit_text(rc, err, timeout, outdir))
+    else:
+        o.add("PASS", "exit status: 0")
     pat = spec.get("stdout_sim" if a.simulator else "stdout_gpu")
     if pat:
         pat = pat.replace("{launches}", str(a.launches))
@@ -655,29 +692,71 @@ def loop_ms(out):
     return float(m.group(1)) if m else None
 
 
-def overhead(a, env_base):
-    """Median loop time of launch_loop without and with the agent (continuous mode)."""
+def time_left(deadline):
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def overhead(a, env_base, deadline=None):
+    """Median loop time of launch_loop without and with the agent (continuous mode); runs
+    stop at deadline (time.monotonic()), and the medians are of the runs made by then."""
     prog = os.path.join(a.build, "samples", "launch_loop")
     gpuprof = os.path.join(a.build, "bin", "gpuprof")
     outdir = os.path.join(a.work, "overhead")
     os.makedirs(outdir, exist_ok=True)
     base_env = {k: v for k, v in env_base.items() if k != "CUDA_INJECTION64_PATH"}
     with_env = mode_env("continuous", env_base, outdir, overhead=True)
-    without, with_ = [], []
+    sides = {"without": ([prog, str(a.launches)], base_env),
+             "with": ([gpuprof, "run", "--output", outdir, "--", prog, str(a.launches)], with_env)}
+    times = {"without": [], "with": []}
+    # First one untimed run of each side: the first processes pay for cold files, a GPU that
+    # idles at low clocks and, without persistence mode, the driver's start; counted, that
+    # cost would go to whichever side ran first. Then pairs in alternating order (ABBA), so
+    # that drift over the runs (clocks, heat, other load) falls on both sides alike.
+    order = [("without", False), ("with", False)]
     for i in range(a.repeat):
-        # Alternate so that drift (clocks, other load) hits both sides alike.
-        for argv, env, into in (([prog, str(a.launches)], base_env, without),
-                                ([gpuprof, "run", "--output", outdir, "--", prog,
-                                  str(a.launches)], with_env, with_)):
-            rc, out, err, _ = run(argv, env, a.run_timeout)
-            ms = loop_ms(out)
-            if rc != 0 or ms is None:
-                return {"error": f"launch_loop failed (exit {rc}): {err.strip()[-300:]}"}
-            into.append(ms)
+        pair = ["without", "with"] if i % 2 == 0 else ["with", "without"]
+        order += [(side, True) for side in pair]
+    cut = False
+    for side, timed in order:
+        left = time_left(deadline)
+        if left is not None and left < 1:
+            cut = True
+            break
+        argv, env = sides[side]
+        limit = a.run_timeout if left is None else min(a.run_timeout, left)
+        rc, out, err, _ = run(argv, env, limit)
+        ms = loop_ms(out)
+        if rc != 0 or ms is None:
+            return {"error": f"launch_loop {side} the agent failed (exit {rc}): "
+                             f"{err.strip()[-300:]}"}
+        if timed:
+            times[side].append(ms)
+    without, with_ = times["without"], times["with"]
+    if not without or not with_:
+        return {"error": "not measured: the time budget (--budget) was used up before it"}
     m0, m1 = statistics.median(without), statistics.median(with_)
+    # The run-to-run spread without the agent: a slowdown closer to the goal than this is not
+    # told apart from noise by these runs.
+    noise = (max(without) - min(without)) / m0 * 100.0 if m0 > 0 else None
     return {"launches": a.launches, "repeat": a.repeat, "without_ms": without, "with_ms": with_,
             "median_without_ms": m0, "median_with_ms": m1,
-            "slowdown_pct": (m1 - m0) / m0 * 100.0 if m0 > 0 else None}
+            "slowdown_pct": (m1 - m0) / m0 * 100.0 if m0 > 0 else None, "noise_pct": noise,
+            "cut_short": cut}
+
+
+def overhead_verdict(ov, goal, simulator):
+    """The overhead line's verdict: the goal is met, missed, or missed by less than the noise."""
+    pct, noise = ov["slowdown_pct"], ov.get("noise_pct")
+    if simulator:
+        return "(simulated GPU: no goal)"
+    if pct is None:
+        return "(no loop time without the agent)"
+    if pct <= goal:
+        return f"meets the goal of <= {goal:g}%"
+    if noise is not None and pct - goal <= noise:
+        return (f"MISSES the goal of <= {goal:g}% by less than the run-to-run noise "
+                f"({noise:.2f}% without the agent): not conclusive, repeat with a larger --repeat")
+    return f"MISSES the goal of <= {goal:g}%"
 
 
 def main(argv=None):
@@ -688,7 +767,8 @@ def main(argv=None):
     ap.add_argument("--samples", default="", help="comma-separated names (default: all that can run)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--launches", type=int, default=200000, help="launch_loop's launches")
-    ap.add_argument("--repeat", type=int, default=5, help="overhead runs per side (0: no overhead)")
+    ap.add_argument("--repeat", type=int, default=7,
+                    help="timed overhead runs per side, after one untimed each (0: no overhead)")
     ap.add_argument("--goal", type=float, default=2.0, help="overhead goal in percent (GPU only)")
     ap.add_argument("--require", default="summary,pprof,trace",
                     help="features whose absence fails (others are reported N/A)")
@@ -697,6 +777,8 @@ def main(argv=None):
     ap.add_argument("--json", default="", help="write all results to this file (after every run)")
     ap.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S,
                     help="seconds one sample run may take before it is killed and fails")
+    ap.add_argument("--budget", type=float, default=480,
+                    help="seconds for all runs (0: no limit); runs past it are not started")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every check")
     a = ap.parse_args(argv)
     # Line by line even into a pipe (tee): a GPU session killed at its time limit keeps what
@@ -733,14 +815,32 @@ def main(argv=None):
                           indent=1)
             os.replace(a.json + ".tmp", a.json)
 
+    # The whole run must end, table printed, inside the GPU session's command limit even if
+    # every run hangs until its --run-timeout: runs that would start past the budget are not
+    # started (NOT RUN, a failure), and the last one's limit is what is left.
+    deadline = time.monotonic() + a.budget if a.budget > 0 else None
     for n in names:
         for mode in modes:
-            status, o, secs, note = verify_run(n, spec[n], mode, a, env_base, reader)
+            left = time_left(deadline)
+            if left is not None and left < 2:
+                o = Outcome()
+                o.add("FAIL", f"not run: the time budget of {a.budget:g} s (--budget) was used up")
+                status, secs, note = "NOT RUN", 0.0, ""
+            else:
+                status, o, secs, note = verify_run(
+                    n, spec[n], mode, a, env_base, reader,
+                    a.run_timeout if left is None else min(a.run_timeout, left))
             counts = {st: sum(1 for s, _ in o.items if s == st) for st in ("PASS", "FAIL", "N/A", "INFO")}
+            if status in ("FAIL", "N/A", "NOT RUN") and not note:
+                # The table names the first failed check: what broke, without scrolling back.
+                bad = [t for s, t in o.items if s == ("FAIL" if status == "NOT RUN" else status)]
+                note = bad[0] if len(bad[0]) <= 80 else bad[0][:77] + "..."
+                if len(bad) > 1:
+                    note += f" (+{len(bad) - 1} more)"
             rows.append((n, mode, status, counts, secs, note))
             results.append({"sample": n, "mode": mode, "status": status, "seconds": round(secs, 3),
                             "note": note, "checks": [{"status": s, "text": t} for s, t in o.items]})
-            failed |= status == "FAIL"
+            failed |= status in ("FAIL", "NOT RUN")
             for st, text in o.items:
                 if a.verbose or st in ("FAIL", "N/A", "INFO"):
                     mark = LOUD if st in ("FAIL", "N/A") else "  "
@@ -755,21 +855,29 @@ def main(argv=None):
 
     ov = None
     if a.repeat > 0 and "launch_loop" in spec and os.path.exists(os.path.join(a.build, "samples", "launch_loop")):
-        ov = overhead(a, env_base)
+        ov = overhead(a, env_base, deadline)
         print()
         if "error" in ov:
             print(f"{LOUD} overhead: {ov['error']}")
             failed = True
         else:
             pct = ov["slowdown_pct"]
-            verdict = "(simulated GPU: no goal)" if a.simulator else \
-                ("meets" if pct <= a.goal else "MISSES") + f" the goal of <= {a.goal:g}%"
+            verdict = overhead_verdict(ov, a.goal, a.simulator)
+            ov["verdict"] = verdict
             # The ranges show the noise the medians stand against (a shared host, clocks).
-            print(f"overhead: launch_loop {ov['launches']} launches, median of {ov['repeat']}: "
+            runs = f"{len(ov['without_ms'])}" if len(ov["without_ms"]) == len(ov["with_ms"]) \
+                else f"{len(ov['without_ms'])} without and {len(ov['with_ms'])} with"
+            cut = f", cut short by --budget from {ov['repeat']}" if ov["cut_short"] else ""
+            print(f"overhead: launch_loop {ov['launches']} launches, median of {runs} "
+                  f"(after 1 untimed run each{cut}): "
                   f"{ov['median_without_ms']:.2f} ms without the agent, {ov['median_with_ms']:.2f} ms "
                   f"with it (continuous): {pct:+.2f}% {verdict}; runs "
                   f"{min(ov['without_ms']):.2f}..{max(ov['without_ms']):.2f} ms without, "
                   f"{min(ov['with_ms']):.2f}..{max(ov['with_ms']):.2f} ms with")
+    notrun = [f"{r['sample']}/{r['mode']}" for r in results if r["status"] == "NOT RUN"]
+    if notrun:
+        print(f"{LOUD} NOT RUN (time budget of {a.budget:g} s used up; see the seconds column): "
+              f"{', '.join(notrun)}")
     na = sorted({f"{r['sample']}/{r['mode']}" for r in results if r["status"] == "N/A"})
     if na:
         print(f"{LOUD} NOT VERIFIED (outputs this agent build does not produce): {', '.join(na)}")

@@ -8,8 +8,12 @@ Usage: test_verify.py BUILD_DIR
 2. A real run of the streams and leak samples on the simulated GPU against expectations that
    are wrong by one (a kernel count, the leaked bytes): the checker exits 1 and names both.
 3. Runs that must not pass quietly on a GPU machine: a hung sample (killed after
-   --run-timeout), PyTorch skipping for want of a GPU; and samples/pytorch/workload.py with a
-   torch that is installed but does not import (an error, not a skip).
+   --run-timeout), a crashed one (the signal and its last stderr line named), PyTorch skipping
+   for want of a GPU; and samples/pytorch/workload.py with a torch that is installed but does
+   not import (an error, not a skip).
+4. A run that hangs everything stops at --budget with the table printed (later runs NOT RUN).
+5. The overhead measurement with stand-in programs: untimed first runs, alternating order, the
+   agent's default window, and a verdict that tells a miss within the noise from a real one.
 """
 
 import json
@@ -17,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -89,11 +94,58 @@ def synthetic():
         ({"kind": "in_use_stack", "rank": 1, "function_re": "^grow\\b", "bytes": 5}, ["PASS", "PASS"]),
         ({"kind": "in_use_stack", "rank": 1, "function_re": "^shrink\\b"}, ["FAIL"]),
         ({"kind": "losses_zero"}, ["FAIL"]),
+        # Without a count (graph's informational stream check): only the streams are judged.
+        ({"kind": "kernel", "name": "k", "streams": 1}, ["PASS"]),
+        ({"kind": "kernel", "name": "k", "streams": 2}, ["FAIL"]),
     ]
     for c, want in cases:
         o = vs.Outcome()
         vs.check_summary(c, summary, o, ctx)
         expect(statuses(o) == want, f"summary check {c}: {o.items}, expected {want}")
+
+
+def overhead_runs():
+    """The overhead measurement with stand-in programs: one untimed run of each side first (a
+    cold first process must not count for either side), then pairs in alternating order, the
+    agent's default window; and its verdict tells a miss within the noise from a real one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "bin"))
+        os.makedirs(os.path.join(tmp, "samples"))
+        log = os.path.join(tmp, "runs.log")
+        with open(os.path.join(tmp, "bin", "gpuprof"), "w") as f:
+            f.write('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; shift\n'
+                    'FAKE_SIDE=with exec "$@"\n')
+        # The first run of each side is slow (1000 ms), as a cold first process can be.
+        with open(os.path.join(tmp, "samples", "launch_loop"), "w") as f:
+            f.write('#!/bin/sh\nside=${FAKE_SIDE:-without}\n'
+                    f'n=$(grep -c "^$side " {log} 2>/dev/null)\n'
+                    f'echo "$side ${{GPUPROF_WINDOW-default}}" >> {log}\n'
+                    'ms=100; [ "$side" = with ] && ms=101; [ "${n:-0}" = 0 ] && ms=1000\n'
+                    'echo "launch_loop: $1 launches in $ms.000 ms (0.5 us per launch)"\n')
+        for x in ("bin/gpuprof", "samples/launch_loop"):
+            os.chmod(os.path.join(tmp, x), 0o755)
+        a = type("A", (), {"build": tmp, "work": os.path.join(tmp, "work"), "launches": 7,
+                           "repeat": 3, "run_timeout": 20})()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROF_")}
+        ov = vs.overhead(a, env)
+        expect(ov.get("without_ms") == [100.0] * 3 and ov.get("with_ms") == [101.0] * 3,
+               f"overhead: the untimed first runs are counted: {ov}")
+        with open(log) as f:
+            runs = f.read().split("\n")[:-1]
+        want = ["without default", "with default"] + ["without default", "with default",
+                                                      "with default", "without default",
+                                                      "without default", "with default"]
+        expect(runs == want, f"overhead: runs in the order {runs}, expected {want}")
+        expect(abs(ov.get("slowdown_pct", 0) - 1.0) < 1e-9 and ov.get("noise_pct") == 0.0,
+               f"overhead: slowdown/noise {ov}")
+    cases = [({"slowdown_pct": 1.5, "noise_pct": 4.0}, "meets the goal of <= 2%"),
+             ({"slowdown_pct": 3.0, "noise_pct": 1.5}, "MISSES the goal of <= 2% by less than "
+              "the run-to-run noise (1.50% without the agent): not conclusive"),
+             ({"slowdown_pct": 6.0, "noise_pct": 1.5}, "MISSES the goal of <= 2%")]
+    for ov, want in cases:
+        got = vs.overhead_verdict(ov, 2.0, False)
+        expect(got.startswith(want) and (want != "MISSES the goal of <= 2%" or got == want),
+               f"overhead verdict of {ov}: {got!r}, expected {want!r}")
 
 
 def real_run(build):
@@ -166,6 +218,8 @@ def hang_and_skip(build):
     why_gpu = "workload: skipped: torch.cuda.is_available() is False (no GPU or no driver)"
     spec = {"samples": {
         "hang": {"argv": ["/bin/sleep", "60"], "checks": []},
+        "crash": {"argv": ["/bin/sh", "-c", "echo 'crash.cu:9: cudaMalloc failed: "
+                           "cudaErrorNoKernelImageForDevice' >&2; kill -SEGV $$"], "checks": []},
         "nogpu": {"argv": ["/bin/echo", why_gpu], "skip_stdout": "^workload: skipped",
                   "skip_fails_on_gpu": "is_available\\(\\) is False", "checks": []},
         "notorch": {"argv": ["/bin/echo", "workload: skipped: PyTorch is not installed"],
@@ -178,13 +232,20 @@ def hang_and_skip(build):
         results = os.path.join(tmp, "results.json")
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "verify_samples.py"),
                             "--build", build, "--work", os.path.join(tmp, "work"),
-                            "--samples", "hang,nogpu,notorch", "--modes", "continuous",
+                            "--samples", "hang,crash,nogpu,notorch", "--modes", "continuous",
                             "--repeat", "0", "--require", "", "--run-timeout", "2",
                             "--expectations", path, "--json", results],
                            capture_output=True, text=True, timeout=50)
         out = r.stdout + r.stderr
         expect(r.returncode == 1, f"hang/skip run: exit status {r.returncode}, expected 1\n{out}")
-        expect("exit status: 'timeout', expected 0" in out, f"the hung run is not named:\n{out}")
+        expect("exit status: 'timeout', expected 0 (killed after 2 s)" in out,
+               f"the hung run is not named:\n{out}")
+        # A crash says which signal and what the program last wrote, in the check and the table.
+        why = ("exit status: -11, expected 0 (killed by SIGSEGV); last stderr line: "
+               "'crash.cu:9: cudaMalloc failed: cudaErrorNoKernelImageForDevice'")
+        expect(why in out, f"the crash is not explained:\n{out}")
+        expect(any(l.startswith("crash ") and "FAIL" in l and why[:60] in l
+                   for l in out.splitlines()), f"the table does not name the failure:\n{out}")
         expect(f"skipped although this machine has a GPU: {why_gpu!r}" in out,
                f"PyTorch without a GPU on a GPU machine does not fail:\n{out}")
         expect("NOT VERIFIED (skipped on this machine): notorch (workload: skipped: PyTorch is "
@@ -194,16 +255,49 @@ def hang_and_skip(build):
                 got = {x["sample"]: x["status"] for x in json.load(f)["results"]}
         except (OSError, ValueError) as e:
             got = repr(e)
-        expect(got == {"hang": "FAIL", "nogpu": "FAIL", "notorch": "SKIP"},
+        expect(got == {"hang": "FAIL", "crash": "FAIL", "nogpu": "FAIL", "notorch": "SKIP"},
                f"results.json: {got}")
+
+
+def budget(build):
+    """Every run hanging must not keep the table from being printed inside a GPU session's
+    command limit: the run that reaches --budget is cut there, later ones are NOT RUN."""
+    spec = {"samples": {n: {"argv": ["/bin/sleep", "60"], "checks": []} for n in ("h1", "h2")}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "expectations.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        results = os.path.join(tmp, "results.json")
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "verify_samples.py"),
+                            "--build", build, "--work", os.path.join(tmp, "work"),
+                            "--samples", "h1,h2", "--modes", "continuous", "--repeat", "0",
+                            "--require", "", "--run-timeout", "30", "--budget", "3",
+                            "--expectations", path, "--json", results],
+                           capture_output=True, text=True, timeout=50)
+        secs = time.monotonic() - t0
+        out = r.stdout + r.stderr
+        expect(r.returncode == 1 and secs < 20,
+               f"budget: exit {r.returncode} after {secs:.1f} s\n{out}")
+        expect("NOT RUN (time budget of 3 s used up; see the seconds column): h2/continuous" in out
+               and "exit status: 'timeout', expected 0 (killed after 3 s)" in out,
+               f"budget: the cut runs are not named:\n{out}")
+        try:
+            with open(results) as f:
+                got = {x["sample"]: x["status"] for x in json.load(f)["results"]}
+        except (OSError, ValueError) as e:
+            got = repr(e)
+        expect(got == {"h1": "FAIL", "h2": "NOT RUN"}, f"budget: results.json: {got}")
 
 
 def main():
     synthetic()
     workload_skips()
+    overhead_runs()
     if len(sys.argv) > 1:
         real_run(os.path.abspath(sys.argv[1]))
         hang_and_skip(os.path.abspath(sys.argv[1]))
+        budget(os.path.abspath(sys.argv[1]))
     for f in failures:
         print("FAIL:", f)
     print(f"test_verify: {len(failures)} failures")
