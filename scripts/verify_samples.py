@@ -547,6 +547,10 @@ def mode_env(mode, base, outdir, overhead=False):
     for k in list(env):
         if k.startswith("GPUPROF_"):
             del env[k]  # the verification decides every setting
+    # PyTorch's allocator as the pytorch sample states it (the native caching allocator): a
+    # machine-wide backend:cudaMallocAsync would free the leaked tensors at interpreter exit,
+    # before the summary, and fail its in-use checks for a reason that is not the agent's.
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.update({"GPUPROF_MODE": "continuous", "GPUPROF_WINDOW": "1s", "GPUPROF_LOG": "warn",
                 "GPUPROF_OUTPUT_DIR": outdir, "GPUPROF_TRACE_FORMAT": "json.gz",
                 "GPUPROF_RUN_DIR": os.path.join(outdir, "run")})
