@@ -27,9 +27,12 @@ struct thread_state {
   /* This thread's stripe of the agent's striped counters (agent/util/counter.h). */
   uint32_t counter_slot;
   /* The API-callback epoch its open calls belong to (cupti/subscriber.c): calls still open
-   * when callbacks were switched off never see their EXIT and are forgotten at the next ENTER
-   * of a later epoch. */
+   * when callbacks were switched off may never see their EXIT and are forgotten at the next
+   * ENTER, or the EXIT of another call, of a later epoch. */
   uint32_t call_epoch;
+  /* The correlation id of the last memory call whose EXIT updated the live map (or noted an
+   * out-of-memory failure) on this thread, 0 before the first: see thread_memory_done_inside. */
+  uint32_t memory_corr;
   struct thread_call open[THREAD_MAX_OPEN_CALLS];
   /* Launch sampler (agent/hoststack.c). */
   uint64_t rng;
@@ -108,5 +111,21 @@ static inline uint32_t thread_outermost_call(const struct thread_state *ts)
 }
 /* True if an alloc/free call encloses the top call (which then must not touch the map). */
 int thread_inside_memory_call(const struct thread_state *ts);
+
+/*
+ * For a memory call at its EXIT: true when its ENTER is not on the stack (forgotten because a
+ * capture ended and the next began while it ran, or never seen) and a memory call nested in it
+ * has already updated the live map. Correlation ids grow, so a memory call of this thread with
+ * a larger id began after this one began and ended before it ends: a cudaMalloc whose
+ * cuMemAlloc was counted as outermost must not count the allocation again (nor a cudaFree its
+ * free). A call that is on the stack needs no check: its nested calls were above it there.
+ */
+static inline int thread_memory_done_inside(const struct thread_state *ts, uint32_t corr_id)
+{
+  if (ts->depth > THREAD_MAX_OPEN_CALLS ||
+      (ts->depth > 0 && ts->open[ts->depth - 1].corr_id == corr_id))
+    return 0;
+  return ts->memory_corr && (int32_t)(ts->memory_corr - corr_id) > 0;
+}
 
 #endif

@@ -305,11 +305,11 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   /* Calls that change the live map (VMM mappings keep VMM memory alive). */
   int is_memory =
       e && (e->cls == CBID_ALLOC || e->cls == CBID_FREE || (e->cls == CBID_VMM && e->params));
+  uint32_t epoch = atomic_load_explicit(&call_epoch, memory_order_relaxed);
   struct thread_call *top;
   uint64_t exit_ns;
 
   if (cb->callbackSite == CUPTI_API_ENTER) {
-    uint32_t epoch = atomic_load_explicit(&call_epoch, memory_order_relaxed);
     if (__builtin_expect(ts->call_epoch != epoch, 0)) {
       ts->depth = 0;
       ts->call_epoch = epoch;
@@ -337,6 +337,16 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
     return;
   }
 
+  /* The first callback of a new epoch on this thread may be an EXIT whose ENTER was not seen
+   * (callbacks switched on inside the call). Unless it closes the top call (entered before the
+   * switch, returning now), the calls on the stack are stale like at ENTER: left there, a stale
+   * memory call would make this free or allocation look nested and leave the map wrong. */
+  if (__builtin_expect(ts->call_epoch != epoch, 0) &&
+      !((top = thread_top_call(ts)) && top->corr_id == cb->correlationId)) {
+    ts->depth = 0;
+    ts->call_epoch = epoch;
+  }
+
   /* Exit times feed trace captures only (API slices, flows; nothing in the continuous
    * profiles uses them), and the clock read is the largest part of the EXIT path: outside a
    * capture it is skipped. ENTER keeps its read, so a call open when a capture starts still
@@ -352,7 +362,9 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
                        exit_ns);
     corr_table_exit(corr, cb->correlationId, exit_ns);
   }
-  if (is_memory && !thread_inside_memory_call(ts)) {
+  if (is_memory && !thread_inside_memory_call(ts) &&
+      !thread_memory_done_inside(ts, cb->correlationId)) {
+    ts->memory_corr = cb->correlationId;
     if (call_succeeded(cb))
       track_memory(e, cb);
     else if (e->cls == CBID_ALLOC && call_out_of_memory(cb))
@@ -709,7 +721,8 @@ void subscriber_capture_begin(int api_callbacks)
 void subscriber_capture_end(void)
 {
   set_api_callbacks(0);
-  /* Calls in flight now get no EXIT: their threads drop them at their next ENTER. */
+  /* Calls in flight now may get no EXIT: their threads drop them at their next callback of
+   * the new epoch (a call that then returns still finds itself on top, see on_api). */
   atomic_fetch_add_explicit(&call_epoch, 1, memory_order_relaxed);
   for (unsigned i = 0; i < N_KINDS; i++) {
     if (kind_enabled[i] && !activity_kinds[i].dump) {

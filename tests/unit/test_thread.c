@@ -53,6 +53,38 @@ static void test_deep(void)
   CHECK_EQ(ts->depth, 0);
 }
 
+/* A cudaMalloc whose ENTER was forgotten (a new call epoch began inside it) and whose nested
+ * cuMemAlloc was then counted as outermost: its own EXIT must not count again. */
+static void test_memory_done_inside(void)
+{
+  struct thread_state *ts = thread_state_get();
+
+  ts->depth = 0;
+  ts->memory_corr = 0;
+  CHECK_EQ(thread_memory_done_inside(ts, 0x90000000u), 0); /* nothing counted yet */
+  thread_push_call(ts, 10, CORR_DOMAIN_RUNTIME, 1);
+  ts->depth = 0; /* the epoch changed: the open cudaMalloc is forgotten at the next ENTER */
+  thread_push_call(ts, 11, CORR_DOMAIN_DRIVER, 1);
+  CHECK_EQ(thread_inside_memory_call(ts), 0);
+  CHECK_EQ(thread_memory_done_inside(ts, 11), 0); /* on the stack: counted */
+  ts->memory_corr = 11;
+  thread_pop_call(ts, 11);
+  CHECK_EQ(thread_memory_done_inside(ts, 10), 1); /* its cuMemAlloc counted already */
+  thread_pop_call(ts, 10);
+  CHECK_EQ(ts->depth, 0);
+  /* An orphan EXIT later than the last counted call is counted. */
+  CHECK_EQ(thread_memory_done_inside(ts, 12), 0);
+  /* Across the wrap of the 32-bit ids: 5 came after 0xfffffff0. */
+  ts->memory_corr = 5;
+  CHECK_EQ(thread_memory_done_inside(ts, 0xfffffff0u), 1);
+  CHECK_EQ(thread_memory_done_inside(ts, 6), 0);
+  /* An entered call (top of the stack) is never skipped. */
+  thread_push_call(ts, 3, CORR_DOMAIN_RUNTIME, 1);
+  CHECK_EQ(thread_memory_done_inside(ts, 3), 0);
+  thread_pop_call(ts, 3);
+  ts->memory_corr = 0;
+}
+
 /* Each thread owns a counter stripe (plain adds): the sum must still be exact. */
 #define COUNT_THREADS 8
 #define COUNT_ADDS 100000
@@ -93,6 +125,7 @@ int main(void)
 {
   RUN(test_nesting);
   RUN(test_deep);
+  RUN(test_memory_done_inside);
   RUN(test_counter_slots);
   UNIT_EXIT();
 }
