@@ -36,6 +36,17 @@ def wait_for(pred, what, timeout=20):
     return False
 
 
+def stop_workloads(procs, failures):
+    """Ends each (process, stop file) workload through its stop file; a non-zero exit fails."""
+    for p, stop in procs:
+        open(stop, "w").close()
+    for i, (p, _) in enumerate(procs):
+        o, e = p.communicate(timeout=60)
+        sys.stderr.write(e)
+        if p.returncode != 0:
+            failures.append(f"workload {i} exited {p.returncode}")
+
+
 def format_bytes(b):
     """export/format.h format_bytes: what `gpuprof capture` prints for a size."""
     units = ["B", "KiB", "MiB", "GiB", "TiB"]
@@ -122,13 +133,7 @@ def shared_output(workload, gpuprof):
         want_sizes = sorted(format_bytes(os.path.getsize(t)) for t in traces)
         if printed != want_sizes:
             failures.append(f"printed sizes {printed}, files {want_sizes}")
-    for p, stop in procs:
-        open(stop, "w").close()
-    for i, (p, _) in enumerate(procs):
-        o, e = p.communicate(timeout=60)
-        sys.stderr.write(e)
-        if p.returncode != 0:
-            failures.append(f"workload {i} exited {p.returncode}")
+    stop_workloads(procs, failures)
     left = [f for f in os.listdir(shared) if f.startswith(".")]
     if left:
         failures.append(f"lock files left in {shared}: {left}")
@@ -212,13 +217,7 @@ def main():
         for t in traces:
             if not os.path.exists(os.path.join(out, t)):
                 failures.append(f"trace {t} is not in {out}")
-    for p, stop in procs:
-        open(stop, "w").close()
-    for i, (p, _) in enumerate(procs):
-        o, e = p.communicate(timeout=60)
-        sys.stderr.write(e)
-        if p.returncode != 0:
-            failures.append(f"workload {i} exited {p.returncode}")
+    stop_workloads(procs, failures)
     for name in names:
         summary = os.path.join(out, f"gpuprof-{name}-summary.json")
         if not os.path.exists(summary):

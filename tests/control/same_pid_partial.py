@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+from same_pid import stop_workloads
+
 SKIP = 77
 
 
@@ -118,13 +120,7 @@ def main():
                             f"reachable agent's trace")
         if r.stderr.count("gpuprof capture: pid 1: ") != 1:
             failures.append("the unreadable agent is not reported once on stderr")
-    for p, stop in procs:
-        open(stop, "w").close()
-    for i, (p, _) in enumerate(procs):
-        o, e = p.communicate(timeout=60)
-        sys.stderr.write(e)
-        if p.returncode != 0:
-            failures.append(f"workload {i} exited {p.returncode}")
+    stop_workloads(procs, failures)
     for f in failures:
         print(f"FAIL: {f}", file=sys.stderr)
     if failures:
