@@ -312,9 +312,10 @@ void agent_shutdown(void)
      * crash the process (fixed in 13.2; PAPI does the same, icl-utk-edu/papi#594). Finalize
      * after everything was flushed and written; buffers it still completes are returned
      * unread (the worker is gone). Not while a flush is stuck inside CUPTI on the worker
-     * thread: Finalize synchronizes every context and would wait on the same wedged GPU.
+     * thread: Finalize synchronizes every context and would wait on the same wedged GPU. A
+     * flush that was only slow (it returned and the worker was joined) does not skip it.
      */
-    if (flushed)
+    if (flushed || stopped)
       cupti_fn.Finalize();
     set_state(AGENT_STOPPED);
     break;
