@@ -325,6 +325,19 @@ int json_writer_double(struct json_writer *w, double v)
   }
   if (n < 0 || (size_t)n >= sizeof(buf))
     return fail(w, -EINVAL);
+  /* printf and strtod follow the host program's LC_NUMERIC, whose decimal point may be ","
+   * (or several bytes): JSON's is ".". */
+  {
+    int j = 0;
+    for (int i = 0; i < n; i++) {
+      char c = buf[i];
+      if ((c >= '0' && c <= '9') || c == '-' || c == '+' || c == 'e')
+        buf[j++] = c;
+      else if (!j || buf[j - 1] != '.')
+        buf[j++] = '.';
+    }
+    n = j;
+  }
   return raw_value(w, buf, (size_t)n);
 }
 

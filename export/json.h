@@ -40,7 +40,8 @@ int json_writer_string(struct json_writer *w, const char *s); /* NULL writes nul
 int json_writer_string_len(struct json_writer *w, const char *s, size_t len);
 int json_writer_int(struct json_writer *w, int64_t v);
 int json_writer_uint(struct json_writer *w, uint64_t v);
-/* Shortest text that reads back to the same double; NaN and infinities are written as null. */
+/* Shortest text that reads back to the same double, with a "." whatever the host program's
+ * LC_NUMERIC; NaN and infinities are written as null. */
 int json_writer_double(struct json_writer *w, double v);
 int json_writer_bool(struct json_writer *w, int v);
 int json_writer_null(struct json_writer *w);

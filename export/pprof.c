@@ -414,7 +414,9 @@ int64_t pprof_builder_string(struct pprof_builder *b, const char *s)
 
 int pprof_builder_add_sample_type(struct pprof_builder *b, const char *type, const char *unit)
 {
-  if (b->n_types == MAX_SAMPLE_TYPES)
+  /* Samples already added hold one value per earlier type: a new column would misalign them
+   * (encode reads sample i's values at i * n_types). */
+  if (b->n_types == MAX_SAMPLE_TYPES || b->samples.n)
     return -EINVAL;
   b->types[b->n_types][0] = pprof_builder_string(b, type);
   b->types[b->n_types][1] = pprof_builder_string(b, unit);

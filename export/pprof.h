@@ -46,7 +46,8 @@ void pprof_builder_reset(struct pprof_builder *b);
 /* The string's index in string_table (0 for "" and NULL). */
 int64_t pprof_builder_string(struct pprof_builder *b, const char *s);
 
-/* Sample types in column order; every sample must carry one value per type. */
+/* Sample types in column order, all before the first sample (-EINVAL after it); every sample
+ * must carry one value per type. */
 int pprof_builder_add_sample_type(struct pprof_builder *b, const char *type, const char *unit);
 void pprof_builder_set_period(struct pprof_builder *b, const char *type, const char *unit,
                               int64_t period);

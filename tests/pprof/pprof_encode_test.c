@@ -1,4 +1,5 @@
 /* The pprof encoder at scale: batches, staging, renumbered location ids, decoded back. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,28 @@ int main(void)
   CHECK(buf && buf2 && len == len2 && !memcmp(buf, buf2, len));
   free(buf);
   free(buf2);
+
+  /* A sample type added after samples would leave them a value short (the encoder reads each
+   * sample's values at index * types): refused, and the profile stays as it was. */
+  pprof_builder_reset(b);
+  {
+    uint64_t l;
+    int64_t v = 9;
+    Perftools__Profiles__Profile *p;
+    CHECK(pprof_builder_add_sample_type(b, "n", "count") == 0);
+    l = pprof_builder_location(b, 0, 0, pprof_builder_function(b, "f", "f", NULL, 0), 0);
+    CHECK(pprof_builder_add_sample(b, &l, 1, &v, 1, NULL, 0) == 0);
+    CHECK(pprof_builder_add_sample_type(b, "late", "count") == -EINVAL);
+    CHECK(pprof_builder_add_sample(b, &l, 1, &v, 1, NULL, 0) == 0);
+    CHECK(pprof_builder_encode(b, 1, &buf, &len) == 0);
+    p = buf ? decode(buf, len) : NULL;
+    CHECK(p && p->n_sample_type == 1 && p->n_sample == 2);
+    if (p && p->n_sample == 2)
+      CHECK(p->sample[0]->n_value == 1 && p->sample[0]->value[0] == 9 &&
+            p->sample[1]->n_value == 1 && p->sample[1]->value[0] == 9);
+    perftools__profiles__profile__free_unpacked(p, NULL);
+    free(buf);
+  }
 
   /* An empty profile is valid: string_table[0] only. */
   pprof_builder_reset(b);

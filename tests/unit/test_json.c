@@ -1,5 +1,6 @@
 /* Unit tests of the streaming JSON writer (export/json.c). */
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -153,6 +154,48 @@ static void test_sink_error(void)
   json_writer_free(w);
 }
 
+/* A host program that set a locale whose decimal point is a comma (de_DE, fr_FR...) still gets
+ * JSON numbers: "0.5", never "0,5" (which a reader takes as two values or rejects). Skipped
+ * where no such locale is installed (LOCPATH may point at one made by localedef). */
+static void test_double_locale(void)
+{
+  static const char *comma[] = {"de_DE.UTF-8", "de_DE.utf8",  "fr_FR.UTF-8",
+                                "fr_FR.utf8",  "ru_RU.UTF-8", "nl_NL.UTF-8"};
+  struct mem_sink s;
+  struct json_writer *w;
+  size_t i;
+
+  char dir[] = "/tmp/gpuprof-test-json-XXXXXX", cmd[256];
+
+  for (i = 0; i < sizeof(comma) / sizeof(comma[0]); i++)
+    if (setlocale(LC_NUMERIC, comma[i]))
+      break;
+  /* None installed (a bare image): make de_DE from glibc's sources when they are there. */
+  if (i == sizeof(comma) / sizeof(comma[0]) && mkdtemp(dir)) {
+    snprintf(cmd, sizeof(cmd), "localedef -i de_DE -f UTF-8 %s/de_DE.UTF-8 >/dev/null 2>&1", dir);
+    if (system(cmd) == 0 && setenv("LOCPATH", dir, 1) == 0 && setlocale(LC_NUMERIC, comma[0]))
+      i = 0;
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+      fprintf(stderr, "test_double_locale: could not remove %s\n", dir);
+  }
+  if (i == sizeof(comma) / sizeof(comma[0])) {
+    fprintf(stderr, "test_double_locale: no comma locale installed; skipped\n");
+    return;
+  }
+  w = open_mem(&s, JSON_COMPACT);
+  json_writer_begin_array(w);
+  json_writer_double(w, 0.5);
+  json_writer_double(w, -1234.25);
+  json_writer_double(w, 1e-300);
+  json_writer_double(w, 0.1);
+  json_writer_end_array(w);
+  CHECK_EQ(json_writer_finish(w), 0);
+  CHECK_STR(s.buf, "[0.5,-1234.25,1e-300,0.1]");
+  json_writer_free(w);
+  setlocale(LC_NUMERIC, "C");
+}
+
 int main(void)
 {
   RUN(test_nesting_and_numbers);
@@ -160,5 +203,6 @@ int main(void)
   RUN(test_pretty);
   RUN(test_misuse);
   RUN(test_sink_error);
+  RUN(test_double_locale);
   UNIT_EXIT();
 }
