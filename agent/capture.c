@@ -1449,6 +1449,11 @@ GPUPROF_EXPORT int gpuprof_capture_start(unsigned duration_ms, unsigned flags)
 
   if (flags & ~(unsigned)GPUPROF_CAPTURE_GPU_ONLY)
     return -EINVAL;
+  /* First, with its acquire load: an application thread may call this while another thread
+   * is still inside cuInit's agent_init, and capture_start reads cap.ready (plain, written
+   * by capture_init) which only the state word's release-acquire orders. */
+  if (!agent_is_active())
+    return -ENODEV;
   memset(&p, 0, sizeof(p));
   p.duration_ns = (uint64_t)duration_ms * 1000000ull;
   p.gpu_only = (flags & GPUPROF_CAPTURE_GPU_ONLY) ? 1 : -1;

@@ -2,6 +2,8 @@
 #include "agent/util/fdwriter.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,10 +16,8 @@ void fd_writer_init(struct fd_writer *w, int fd)
   w->len = 0;
 }
 
-int fd_write_all(int fd, const void *buf, size_t len)
+static int write_loop(int fd, const char *p, size_t len)
 {
-  const char *p = buf;
-
   while (len > 0) {
     ssize_t n = write(fd, p, len);
     if (n < 0) {
@@ -29,6 +29,33 @@ int fd_write_all(int fd, const void *buf, size_t len)
     len -= (size_t)n;
   }
   return 0;
+}
+
+/*
+ * A write to a pipe or socket whose reader is gone raises SIGPIPE, whose default action kills
+ * the process: the application's stderr piped to a reader that has exited would let one
+ * agent warning end it (status 141) where it would have run on. So SIGPIPE is blocked on this
+ * thread for the write, and the one the write raised (none was pending before) is taken back
+ * with a zero-timeout sigtimedwait before the old mask returns; the write just fails with
+ * EPIPE. Signal masks are per thread: the application's other threads are not affected.
+ */
+int fd_write_all(int fd, const void *buf, size_t len)
+{
+  static const struct timespec zero = {0, 0};
+  sigset_t pipe_set, old, pending;
+  int ret, was_pending;
+
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  if (pthread_sigmask(SIG_BLOCK, &pipe_set, &old) != 0)
+    return write_loop(fd, buf, len);
+  was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  ret = write_loop(fd, buf, len);
+  if (ret == -EPIPE && !was_pending)
+    while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+    }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return ret;
 }
 
 static int write_all(struct fd_writer *w, const char *p, size_t len)

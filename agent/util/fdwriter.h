@@ -6,7 +6,8 @@
 
 #define FD_WRITER_BUF 4096
 
-/* write(2) until all of buf is written, retrying on EINTR. 0 or -errno. */
+/* write(2) until all of buf is written, retrying on EINTR. 0 or -errno; a reader that is gone
+ * gives -EPIPE, never a SIGPIPE to the process. */
 int fd_write_all(int fd, const void *buf, size_t len);
 
 /*

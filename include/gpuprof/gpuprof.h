@@ -20,10 +20,13 @@ extern "C" {
 
 /*
  * Starts a trace capture of this process (docs/TRACES.md), written to GPUPROF_OUTPUT_DIR in
- * GPUPROF_TRACE_FORMAT. duration_ms 0 means the default (60 s). Returns 0, or a negative
- * errno: -EBUSY (a capture is running), -ENODEV (the agent is not active in this process,
- * or CUDA was not initialized yet), -EINVAL (unknown flags), or an I/O error creating the
- * file. Safe from any application thread.
+ * GPUPROF_TRACE_FORMAT. duration_ms 0 means the default (60 s), at most 24 h. Returns 0, or a
+ * negative errno (<errno.h>): -EBUSY (a capture is running), -ENODEV (the agent is not active
+ * in this process: CUDA not initialized yet, GPUPROF_MODE=off, a forked child, or after the
+ * agent's exit handler ran), -ESHUTDOWN (the process is exiting right now), -EINVAL (unknown
+ * flags; a duration over 24 h once the agent is active), or an I/O error creating the file.
+ * Safe from any application thread, but not from a signal handler (it takes locks and opens
+ * files): GPUPROF_CAPTURE_SIGNAL is the signal-driven trigger.
  *
  * Both functions are exported by libgpuprof.so. The agent is optional at run time, so
  * declare them weak and test for NULL:
@@ -37,11 +40,19 @@ extern "C" {
  *
  * A weak reference is bound when the program starts, so the agent must be loaded by then:
  * LD_PRELOAD="$CUDA_INJECTION64_PATH" (the driver then reuses that copy), or link with
- * -lgpuprof. Without either the pointers stay NULL and the program runs unprofiled.
+ * -lgpuprof (which makes the library a start-up dependency: the program no longer starts
+ * where it is missing). Without either the pointers stay NULL and the program runs unprofiled: the
+ * driver dlopens the agent inside cuInit, after the weak references were resolved.
+ * Such a program can still reach the functions after cuInit with
+ * dlopen(getenv("CUDA_INJECTION64_PATH"), RTLD_NOW | RTLD_NOLOAD) and dlsym.
  */
 int gpuprof_capture_start(unsigned duration_ms, unsigned flags);
 
-/* Ends the running capture now and finishes its file. 0, or -ENOENT when none runs. */
+/*
+ * Ends the running capture now and waits until its file is finished (bounded: three flush
+ * intervals plus 5 s). 0, or -ENOENT when none runs (also before cuInit and without an active
+ * agent).
+ */
 int gpuprof_capture_stop(void);
 
 #ifdef __cplusplus
