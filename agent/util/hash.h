@@ -29,7 +29,11 @@ static inline uint64_t hash_str(const char *s)
 
 static inline size_t hash_round_pow2(size_t n)
 {
+  const size_t top = (size_t)1 << (sizeof(size_t) * 8 - 1);
   size_t p = 1;
+
+  if (n > top) /* no power of two above it: the largest one (callers cap sizes far below) */
+    return top;
   while (p < n)
     p <<= 1;
   return p;

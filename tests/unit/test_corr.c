@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 
 #include "agent/corr.h"
+#include "agent/util/hash.h"
 #include "unit.h"
 
 static const char *const api_names[] = {"cudaLaunchKernel_v7000", "cuLaunchKernel",
@@ -124,6 +125,16 @@ static void *writer(void *arg)
   return NULL;
 }
 
+/* Table sizes round up to a power of two; one past the largest does not loop forever. */
+static void test_round_pow2(void)
+{
+  CHECK_EQ(hash_round_pow2(0), 1);
+  CHECK_EQ(hash_round_pow2(1000), 1024);
+  CHECK_EQ(hash_round_pow2(1024), 1024);
+  CHECK_EQ(hash_round_pow2(((size_t)1 << 63) + 1), (size_t)1 << 63);
+  CHECK_EQ(hash_round_pow2(SIZE_MAX), (size_t)1 << 63);
+}
+
 static void test_concurrent(void)
 {
   pthread_t th[WRITERS];
@@ -158,6 +169,7 @@ int main(void)
 {
   RUN(test_basic);
   RUN(test_exit_times);
+  RUN(test_round_pow2);
   RUN(test_concurrent);
   UNIT_EXIT();
 }
