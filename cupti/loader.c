@@ -202,8 +202,8 @@ static int collect_wheel_dir(struct dl_phdr_info *info, size_t size, void *arg)
   return 0;
 }
 
-/* The first loaded libcupti.so.<N> of another major N (a CUDA 12 or 14 application): the
- * cure is another gpuprof build, not a path, so the not-found line names it. */
+/* The first loaded libcupti.so.<N> of another major N (a CUDA 12 or 14 application): no path
+ * helps there, so the not-found line names it and says what this build works with. */
 static int find_other_major(struct dl_phdr_info *info, size_t size, void *arg)
 {
   char *out = arg; /* PATH_MAX */
@@ -359,9 +359,9 @@ wheels:
     describe_version(CUPTI_API_VERSION, built, sizeof(built));
     snprintf(reason, reason_len,
              "cannot find %s (tried %s); this process uses %s, the CUPTI of CUDA %.*s, which "
-             "this gpuprof (built for %s) cannot read; gpuprof is inactive in this process; use "
-             "the gpuprof build made with the CUDA %.*s toolkit",
-             CUPTI_SONAME, tried, path, len, major, built, len, major);
+             "this gpuprof (built for %s) cannot read; gpuprof is inactive in this process; it "
+             "works with CUDA 13 applications only (docs/COMPATIBILITY.md)",
+             CUPTI_SONAME, tried, path, len, major, built);
     return -ENOENT;
   }
   snprintf(reason, reason_len,
