@@ -69,7 +69,10 @@ struct api_ring {
   atomic_int exited; /* the owner thread ended: reusable once drained */
   atomic_int free;   /* no owner: a new thread may claim it */
   _Atomic uint64_t dropped;
-  char comm[16];         /* the owner's name when it claimed the ring */
+  char comm[16]; /* the owner's name when it claimed the ring */
+  /* Worker only: the capture (wk.seq) whose trace names this owner's track, 0 for none. Per
+   * ring rather than a table of tids: no limit on the threads one capture names. */
+  uint32_t named_seq;
   struct api_ring *next; /* immutable once published */
   struct api_rec recs[RING_SIZE];
 };
@@ -115,6 +118,7 @@ static struct api_ring *ring_claim(uint32_t tid)
   }
   if (r) {
     r->tid = tid;
+    r->named_seq = 0; /* free: the worker no longer reads it */
     if (prctl(PR_GET_NAME, r->comm) != 0)
       r->comm[0] = '\0';
     atomic_store_explicit(&r->exited, 0, memory_order_relaxed);
@@ -171,7 +175,6 @@ enum phase {
 #define PENDING_SIZE 65536u /* launches/copies waiting for their GPU record (flows) */
 #define PENDING_MASK (PENDING_SIZE - 1)
 #define FLOW_WAIT_NS (10ull * 1000000000ull) /* a launch's GPU record arrives within this */
-#define NAMED_SIZE 4096u                     /* threads named per capture */
 #define MAX_DEVICES 64
 /* On demand: allocations made during a capture that it follows to their free (in-use). */
 #define LIVE_MAX (1u << 20)
@@ -257,8 +260,7 @@ static struct {
   int64_t mem[MAX_DEVICES];
   struct pending *pending;
   struct gpu_wait *gpu_wait;
-  uint32_t *named; /* tids named in this capture (open addressing, 0 empty) */
-  uint64_t named_full;
+  uint32_t seq;                    /* this capture's number (api_ring.named_seq), from 1 */
   char dev_names[MAX_DEVICES][64]; /* kept across captures: DEVICE records come once */
   /* The pprof of the capture window (NULL: none) and the files it wrote. */
   struct profiles *prof;
@@ -617,27 +619,17 @@ static int note_write(int ret)
 }
 
 /* Reads /proc/self/task/<tid>/comm (the thread's current name), else the name it had. */
-static void name_thread(uint32_t tid, const char *comm)
+static void name_thread(struct api_ring *r)
 {
   char path[64], name[64];
-  uint32_t h;
+  uint32_t tid = r->tid;
+  const char *comm = r->comm;
   ssize_t n = -1;
   int fd;
 
-  if (!wk.named)
+  if (r->named_seq == wk.seq)
     return;
-  h = (tid * 2654435761u) & (NAMED_SIZE - 1);
-  for (uint32_t i = 0; i < NAMED_SIZE; i++, h = (h + 1) & (NAMED_SIZE - 1)) {
-    if (wk.named[h] == tid)
-      return;
-    if (wk.named[h] == 0)
-      break;
-  }
-  if (wk.named[h] != 0) {
-    wk.named_full++;
-    return;
-  }
-  wk.named[h] = tid;
+  r->named_seq = wk.seq;
   if (tid == (uint32_t)getpid()) {
     note_write(trace_writer_thread_name(wk.w, tid, "main"));
     return;
@@ -683,8 +675,9 @@ static void gpu_wait_flush_one(struct gpu_wait *g)
   }
 }
 
-static void handle_api(uint32_t tid, const char *comm, const struct api_rec *rec)
+static void handle_api(struct api_ring *r, const struct api_rec *rec)
 {
+  uint32_t tid = r->tid;
   struct pending *p;
   struct gpu_wait *g;
 
@@ -692,7 +685,7 @@ static void handle_api(uint32_t tid, const char *comm, const struct api_rec *rec
    * began after its window. */
   if (rec->exit_ns < wk.start_ns || rec->enter_ns >= window_end())
     return;
-  name_thread(tid, comm);
+  name_thread(r);
   if (!rec->flow || !wk.flows || !wk.pending) {
     write_api(tid, rec, 0);
     return;
@@ -727,7 +720,7 @@ static void drain_rings(void)
     h = atomic_load_explicit(&r->head, memory_order_acquire);
     for (; t != h; t++)
       if (wk.w)
-        handle_api(r->tid, r->comm, &r->recs[t & RING_MASK]);
+        handle_api(r, &r->recs[t & RING_MASK]);
     atomic_store_explicit(&r->tail, t, memory_order_release);
     wk.ring_dropped += atomic_exchange_explicit(&r->dropped, 0, memory_order_relaxed);
     if (exited) {
@@ -1029,10 +1022,10 @@ static void adopt(struct trace_writer *w)
   wk.planned_end_ns = wk.start_ns + duration;
   wk.cap_hit = wk.error = wk.flushed = 0;
   wk.ring_dropped = 0;
-  wk.named_full = 0;
+  if (!++wk.seq)
+    wk.seq = 1; /* 0 is "named in no capture" */
   wk.pending = wk.flows ? calloc(PENDING_SIZE, sizeof(*wk.pending)) : NULL;
   wk.gpu_wait = wk.flows ? calloc(GPU_WAIT_SIZE, sizeof(*wk.gpu_wait)) : NULL;
-  wk.named = calloc(NAMED_SIZE, sizeof(*wk.named));
   for (uint32_t d = 0; d < MAX_DEVICES; d++) {
     if (wk.dev_names[d][0])
       note_write(trace_writer_device(w, d, wk.dev_names[d]));
@@ -1130,10 +1123,8 @@ static void finish(void)
 
   free(wk.pending);
   free(wk.gpu_wait);
-  free(wk.named);
   wk.gpu_wait = NULL;
   wk.pending = NULL;
-  wk.named = NULL;
   wk.w = NULL;
 
   pthread_mutex_lock(&cap.lock);

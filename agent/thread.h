@@ -16,15 +16,17 @@ struct thread_call {
 };
 
 /*
- * Lives in TLS, so it exists without malloc from the thread's first callback on and needs no
- * destructor yet (nothing to flush at thread exit). CUPTI delivers ENTER/EXIT synchronously
+ * Lives in TLS, so it exists without malloc from the thread's first callback on; at thread exit
+ * only its counter stripe is given back (agent/thread.c) and its capture ring
+ * (agent/capture.c), by pthread key destructors. CUPTI delivers ENTER/EXIT synchronously
  * on the calling thread and LIFO, so a plain array stack suffices; calls nested deeper than
  * THREAD_MAX_OPEN_CALLS are counted in `depth` but not remembered.
  */
 struct thread_state {
   uint32_t tid; /* 0 until first use */
   int depth;
-  /* This thread's stripe of the agent's striped counters (agent/util/counter.h). */
+  /* This thread's stripe of the agent's striped counters (agent/util/counter.h): owned while
+   * the thread lives, then another's (COUNTER_SHARED_STRIPE from its key destructor on). */
   uint32_t counter_slot;
   /* The API-callback epoch its open calls belong to (cupti/subscriber.c): calls still open
    * when callbacks were switched off may never see their EXIT and are forgotten at the next

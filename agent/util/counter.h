@@ -12,10 +12,11 @@
  * Callbacks of every application thread count API calls; one shared atomic would bounce a
  * cache line between all of them, and even an uncontended atomic add is a locked instruction
  * on every call. So the first COUNTER_STRIPES - 1 threads that count each own a stripe (their
- * counter_slot, agent/thread.h, claimed once per thread) and add with a plain load and store: no
+ * counter_slot, agent/thread.h, claimed at a thread's first call) and add with a plain load and store: no
  * other thread writes it, readers only load it. Later threads share the last stripe with atomic
  * adds. The sum is exact once the adders have stopped, and a slightly stale snapshot
- * otherwise. A stripe stays with its thread after the thread exits, which keeps its counts.
+ * otherwise. A stripe is given back when its thread exits (agent/thread.c) and keeps its
+ * value: the next owner adds to it.
  */
 struct striped_counter {
   struct {
