@@ -54,6 +54,17 @@
 
 #define RING_SIZE 8192u /* calls a thread can queue between two drains (32 B each) */
 #define RING_MASK (RING_SIZE - 1)
+/*
+ * Rings of ended threads wait for the worker's next drain before a new thread may reuse them;
+ * the worker drains at its ticks (every GPUPROF_FLUSH_INTERVAL), so threads that come and go
+ * faster would each allocate one more ring (1000 threads in one interval: 250 MiB). A claim
+ * that must allocate while RING_EXITED_WAKE rings await their drain wakes the worker for an
+ * early drain; with RING_EXITED_MAX waiting (the worker does not keep up) it allocates none
+ * and the thread's calls are dropped and counted (dropped_api_calls) until a ring is free.
+ * Rings in all: at most the threads calling CUDA at once in a capture + RING_EXITED_MAX.
+ */
+#define RING_EXITED_WAKE 32u
+#define RING_EXITED_MAX 256u
 
 struct api_rec {
   const char *name; /* CUPTI functionName: a global constant */
@@ -81,7 +92,8 @@ static _Atomic(struct api_ring *) rings; /* push-only list */
 static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t ring_key;
 static int ring_key_ok;
-static _Atomic uint64_t rings_failed; /* calls not queued: no ring could be allocated */
+static _Atomic uint64_t rings_failed;    /* calls not queued: no ring could be allocated */
+static _Atomic uint32_t rings_allocated; /* rings in the list (never freed): trace metadata */
 
 atomic_int capture_api_on;
 
@@ -100,20 +112,24 @@ static void ring_thread_exit(void *p)
 static struct api_ring *ring_claim(uint32_t tid)
 {
   struct api_ring *r;
+  unsigned waiting = 0; /* rings of ended threads the worker has not drained yet */
 
   /* Without the key no ring would ever be recycled: one per thread ever seen would leak. */
   if (!ring_key_ok)
     return NULL;
   pthread_mutex_lock(&rings_lock);
-  for (r = atomic_load_explicit(&rings, memory_order_acquire); r; r = r->next)
+  for (r = atomic_load_explicit(&rings, memory_order_acquire); r; r = r->next) {
     if (atomic_load_explicit(&r->free, memory_order_acquire))
       break;
-  if (!r) {
-    /* Once per thread, and only while a capture records: the one allocation on this path. */
+    waiting += atomic_load_explicit(&r->exited, memory_order_relaxed) != 0;
+  }
+  /* Once per thread, and only while a capture records: the one allocation on this path. */
+  if (!r && waiting < RING_EXITED_MAX) {
     r = calloc(1, sizeof(*r));
     if (r) {
       r->next = atomic_load_explicit(&rings, memory_order_relaxed);
       atomic_store_explicit(&rings, r, memory_order_release);
+      atomic_fetch_add_explicit(&rings_allocated, 1, memory_order_relaxed);
     }
   }
   if (r) {
@@ -125,6 +141,10 @@ static struct api_ring *ring_claim(uint32_t tid)
     atomic_store_explicit(&r->free, 0, memory_order_release);
   }
   pthread_mutex_unlock(&rings_lock);
+  /* After the unlock: the worker's drain does not take rings_lock, and worker_wake's mutex is
+   * never held across a CUPTI call, so waking from this callback cannot deadlock. */
+  if (waiting >= RING_EXITED_WAKE)
+    worker_wake();
   if (r && ring_key_ok)
     pthread_setspecific(ring_key, r);
   return r;
@@ -731,6 +751,27 @@ static void drain_rings(void)
   }
 }
 
+/*
+ * Outside a capture: rings of ended threads that hold nothing become free, so that threads
+ * which ended after a capture do not count against the next one's RING_EXITED_MAX. A ring
+ * with calls queued waits for the next capture's drain (which knows its window).
+ */
+static void reclaim_rings(void)
+{
+  for (struct api_ring *r = atomic_load_explicit(&rings, memory_order_acquire); r; r = r->next) {
+    if (atomic_load_explicit(&r->free, memory_order_acquire) ||
+        !atomic_load_explicit(&r->exited, memory_order_acquire))
+      continue;
+    /* Exited first: its owner queues nothing more, so equal indices stay equal. */
+    if (atomic_load_explicit(&r->tail, memory_order_relaxed) !=
+        atomic_load_explicit(&r->head, memory_order_acquire))
+      continue;
+    atomic_store_explicit(&r->head, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->free, 1, memory_order_release);
+  }
+}
+
 static const char *sync_name(uint32_t type)
 {
   switch (type) {
@@ -1103,6 +1144,8 @@ static void finish(void)
   trace_writer_meta_uint(wk.w, "capture_end_ns", end_ns);
   trace_writer_meta_uint(wk.w, "dropped_records", dropped);
   trace_writer_meta_uint(wk.w, "dropped_api_calls", ring_dropped);
+  trace_writer_meta_uint(wk.w, "api_rings",
+                         atomic_load_explicit(&rings_allocated, memory_order_relaxed));
   trace_writer_meta_uint(wk.w, "zero_timestamp_records", ws.zero_timestamps - cap.zero_ts_at_start);
   trace_writer_stats(wk.w, &ts);
   cap_hit = ts.stopped;
@@ -1169,8 +1212,10 @@ static void on_tick(void *arg, uint64_t now_ns)
 
   (void)arg;
   rate_tick(now_ns);
-  if (!w)
+  if (!w) {
+    reclaim_rings();
     return;
+  }
   if (w != wk.w)
     adopt(w);
   drain_rings();

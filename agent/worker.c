@@ -25,12 +25,13 @@ struct item {
 
 static struct {
   pthread_mutex_t lock;
-  pthread_cond_t wake;    /* work queued, or stop */
+  pthread_cond_t wake;    /* work queued, kick, or stop */
   pthread_cond_t settled; /* a flush returned */
   pthread_t thread;
   int started;   /* thread exists and has not been joined */
   int accepting; /* worker_submit may queue */
   int stop;
+  int kick; /* worker_wake: tick the consumers now */
   int flush_enabled;
   int flushing;
   struct item *queue; /* ring of `cap` items */
@@ -46,7 +47,7 @@ static struct {
 };
 
 static struct {
-  _Atomic uint64_t buffers, records, dropped, invalid, zero_ts, flushes, lost;
+  _Atomic uint64_t buffers, records, dropped, invalid, zero_ts, flushes, lost, kicks;
   _Atomic int exit_incomplete;
 } stats;
 
@@ -118,10 +119,15 @@ static void *worker_main(void *arg)
     unsigned n = 0;
     int do_flush, due;
 
-    /* Wakes for work, stop, or the flush interval (then flushes if enabled, and ticks). */
-    while (!w.stop && w.count == 0 && clock_monotonic_ns() < next_flush) {
+    /* Wakes for work, stop, a kick (ticks only), or the flush interval (then flushes if
+     * enabled, and ticks). */
+    while (!w.stop && w.count == 0 && !w.kick && clock_monotonic_ns() < next_flush) {
       struct timespec ts = clock_ns_to_timespec(next_flush);
       pthread_cond_timedwait(&w.wake, &w.lock, &ts);
+    }
+    if (w.kick) {
+      w.kick = 0;
+      ADD(kicks, 1);
     }
     due = clock_monotonic_ns() >= next_flush;
     if (due)
@@ -191,6 +197,7 @@ int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush
   w.accepting = 1;
   /* Restartable after a worker_stop that joined the thread (the unit tests start it again). */
   w.stop = 0;
+  w.kick = 0;
   w.flushing = 0;
   w.head = w.count = 0;
 
@@ -240,6 +247,19 @@ int worker_submit(uint8_t *buffer, size_t valid_size)
   if (ret)
     ADD(lost, 1);
   return ret;
+}
+
+void worker_wake(void)
+{
+  if (atomic_load_explicit(&forked, memory_order_relaxed))
+    return;
+  pthread_mutex_lock(&w.lock);
+  /* One signal per batch of wakes: the worker clears the flag when it takes it. */
+  if (w.started && w.accepting && !w.kick) {
+    w.kick = 1;
+    pthread_cond_signal(&w.wake);
+  }
+  pthread_mutex_unlock(&w.lock);
 }
 
 int worker_flush_begin(void)
@@ -339,6 +359,7 @@ void worker_get_stats(struct worker_stats *out)
   out->zero_timestamps = atomic_load(&stats.zero_ts);
   out->flushes = atomic_load(&stats.flushes);
   out->lost_buffers = atomic_load(&stats.lost);
+  out->kicks = atomic_load(&stats.kicks);
   out->exit_incomplete = atomic_load(&stats.exit_incomplete);
 }
 

@@ -37,6 +37,7 @@ struct worker_stats {
   uint64_t invalid_records; /* buffers that ended in an unreadable record */
   uint64_t zero_timestamps; /* GPU records without timing */
   uint64_t flushes;         /* periodic cuptiActivityFlushAll(0) calls */
+  uint64_t kicks;           /* worker_wake calls that woke the worker (ticks, no flush) */
   uint64_t lost_buffers;    /* never read: still queued when the worker could not be stopped
                              * at exit, or completed after it stopped */
   int exit_incomplete;      /* an exit wait timed out (a flush that did not return, a worker
@@ -71,6 +72,15 @@ int worker_pause_flushing(unsigned timeout_ms);
  */
 int worker_flush_begin(void);
 void worker_flush_end(void);
+
+/*
+ * Any thread, also from inside a CUPTI callback: makes the worker tick its consumers soon,
+ * without a CUPTI flush (a capture then drains the API rings of threads that ended, so that
+ * later threads reuse them instead of allocating). Takes the worker's mutex briefly: safe
+ * wherever worker_submit is (the worker never holds it across a CUPTI call). A no-op when the
+ * worker is not running or in a forked child.
+ */
+void worker_wake(void);
 
 /* Processes what is queued, stops and joins the thread (waits at most timeout_ms; returns
  * -ETIMEDOUT if the thread did not finish, and then leaves it running detached, refuses

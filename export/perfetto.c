@@ -658,7 +658,7 @@ static int describe(struct trace_writer *w, struct trace_track *t, const char *t
       ctr.unit = GPUPROF__PERFETTO__COUNTER_DESCRIPTOR__UNIT__UNIT_SIZE_BYTES;
       d.counter = &ctr;
     } else {
-      d.sibling_order_rank = trace_stream_rank(t->b, t->kind == TRACK_GPU_SYNC);
+      d.sibling_order_rank = trace_stream_rank(t->b, t->kind == TRACK_GPU_SYNC ? 1 + t->lane : 0);
     }
     break;
   default:

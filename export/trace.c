@@ -80,10 +80,13 @@ size_t trace_track_name(const struct trace_writer *w, const struct trace_track *
     len = snprintf(buf, n, "stream %u", t->b);
     break;
   case TRACK_GPU_SYNC:
+    /* Lanes are numbered from the second one on: "stream 7 sync", "stream 7 sync 2", ... */
     if (t->b == UINT32_MAX)
-      len = snprintf(buf, n, "context sync");
+      len = t->lane ? snprintf(buf, n, "context sync %u", t->lane + 1)
+                    : snprintf(buf, n, "context sync");
     else
-      len = snprintf(buf, n, "stream %u sync", t->b);
+      len = t->lane ? snprintf(buf, n, "stream %u sync %u", t->b, t->lane + 1)
+                    : snprintf(buf, n, "stream %u sync", t->b);
     break;
   case TRACK_GPU_MEMORY:
     len = snprintf(buf, n, "GPU memory in use");
@@ -99,9 +102,9 @@ size_t trace_track_name(const struct trace_writer *w, const struct trace_track *
 
 /* ---- the track table ---- */
 
-static uint32_t track_hash(unsigned kind, uint32_t a, uint32_t b)
+static uint32_t track_hash(unsigned kind, uint32_t a, uint32_t b, uint32_t lane)
 {
-  uint64_t h = ((uint64_t)a << 32 | b) ^ ((uint64_t)kind << 59);
+  uint64_t h = ((uint64_t)a << 32 | b) ^ ((uint64_t)kind << 59) ^ ((uint64_t)lane << 40);
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
@@ -119,7 +122,7 @@ static int tracks_grow(struct trace_writer *w)
     struct trace_track *t = &w->tracks[i];
     if (!t->kind)
       continue;
-    uint32_t j = track_hash(t->kind, t->a, t->b) & (ncap - 1);
+    uint32_t j = track_hash(t->kind, t->a, t->b, t->lane) & (ncap - 1);
     while (nt[j].kind)
       j = (j + 1) & (ncap - 1);
     nt[j] = *t;
@@ -131,19 +134,20 @@ static int tracks_grow(struct trace_writer *w)
   return 0;
 }
 
-/* Finds or creates a track and, the first time, has the encoder describe it. */
-static struct trace_track *track_get(struct trace_writer *w, unsigned kind, uint32_t a, uint32_t b)
+/* Finds or creates a track (lane: a sync track's lane, else 0). */
+static struct trace_track *track_get_lane(struct trace_writer *w, unsigned kind, uint32_t a,
+                                          uint32_t b, uint32_t lane)
 {
   struct trace_track *t = w->last;
   uint32_t i;
 
-  if (t && t->kind == kind && t->a == a && t->b == b)
+  if (t && t->kind == kind && t->a == a && t->b == b && t->lane == lane)
     return t;
   if (w->tracks_cap) {
-    i = track_hash(kind, a, b) & (w->tracks_cap - 1);
+    i = track_hash(kind, a, b, lane) & (w->tracks_cap - 1);
     for (; w->tracks[i].kind; i = (i + 1) & (w->tracks_cap - 1)) {
       t = &w->tracks[i];
-      if (t->kind == kind && t->a == a && t->b == b)
+      if (t->kind == kind && t->a == a && t->b == b && t->lane == lane)
         return w->last = t;
     }
   }
@@ -151,7 +155,7 @@ static struct trace_track *track_get(struct trace_writer *w, unsigned kind, uint
     return NULL;
   if ((w->tracks_len + 1) * 4 > w->tracks_cap * 3 && tracks_grow(w))
     return NULL;
-  i = track_hash(kind, a, b) & (w->tracks_cap - 1);
+  i = track_hash(kind, a, b, lane) & (w->tracks_cap - 1);
   while (w->tracks[i].kind)
     i = (i + 1) & (w->tracks_cap - 1);
   t = &w->tracks[i];
@@ -159,15 +163,21 @@ static struct trace_track *track_get(struct trace_writer *w, unsigned kind, uint
   t->kind = (uint8_t)kind;
   t->a = a;
   t->b = b;
+  t->lane = lane;
   t->uuid = w->next_uuid++;
   w->tracks_len++;
   return w->last = t;
 }
 
+static struct trace_track *track_get(struct trace_writer *w, unsigned kind, uint32_t a, uint32_t b)
+{
+  return track_get_lane(w, kind, a, b, 0);
+}
+
 /* The track an event goes on, with its parent described first. NULL: refused (counted).
  * thread_name: a host thread's name, written instead of the default the first time. */
 static struct trace_track *track_named(struct trace_writer *w, unsigned kind, uint32_t a,
-                                       uint32_t b, const char *thread_name)
+                                       uint32_t b, uint32_t lane, const char *thread_name)
 {
   struct trace_track *t, *parent;
 
@@ -176,7 +186,7 @@ static struct trace_track *track_named(struct trace_writer *w, unsigned kind, ui
     w->stats.invalid++;
     return NULL;
   }
-  t = track_get(w, kind, a, b);
+  t = track_get_lane(w, kind, a, b, lane);
   if (!t) {
     w->stats.invalid++;
     return NULL;
@@ -196,7 +206,7 @@ static struct trace_track *track_named(struct trace_writer *w, unsigned kind, ui
     parent->described = 1;
   }
   /* track_get may have moved the table while adding the parent. */
-  t = track_get(w, kind, a, b);
+  t = track_get_lane(w, kind, a, b, lane);
   if (thread_name ? w->ops->describe_thread(w, t, thread_name) : w->ops->describe(w, t))
     return NULL;
   t->described = 1;
@@ -205,7 +215,7 @@ static struct trace_track *track_named(struct trace_writer *w, unsigned kind, ui
 
 static struct trace_track *track_for(struct trace_writer *w, unsigned kind, uint32_t a, uint32_t b)
 {
-  return track_named(w, kind, a, b, NULL);
+  return track_named(w, kind, a, b, 0, NULL);
 }
 
 /* Why track_named returned NULL: a write error, the size cap reached by the track's describing
@@ -274,6 +284,7 @@ static void track_fit(struct trace_writer *w, struct trace_track *t, uint64_t *p
   }
   if (changed)
     w->stats.clamped++;
+  t->written++;
   t->ring[t->ring_pos] = (struct trace_span){s, e};
   t->ring_pos = (t->ring_pos + 1) % TRACK_RING;
   if (t->ring_len < TRACK_RING)
@@ -404,6 +415,64 @@ int trace_writer_gpu_slice(struct trace_writer *w, const struct trace_gpu_slice 
   return emit_slice(w, t, &sl);
 }
 
+/*
+ * Whether [s, e] can go on sync lane t as it is: disjoint from every slice on it. Syncs are
+ * never nested (each is one host thread's wait, and a thread waits for one thing at a time), so
+ * containment does not count as fitting either: another thread's wait drawn inside this one
+ * would read as part of it. Touching is fine when this slice (written later) starts where a
+ * non-empty one ends; ending where one starts is not (the protobuf importer would close that
+ * one with this END), nor is starting at an empty one (JSON would nest it inside this one).
+ * All slices of the lane are known while it has at most TRACK_RING; after that only a slice
+ * after all of them (the usual case: waits are delivered as they complete) is known to fit.
+ */
+static int sync_lane_free(const struct trace_track *t, uint64_t s, uint64_t e)
+{
+  if (!t->written || s > t->max_end)
+    return 1;
+  if (t->written > TRACK_RING && s < t->max_end)
+    return 0;
+  for (uint32_t i = 0; i < t->ring_len; i++) {
+    const struct trace_span *r = &t->ring[i];
+    if (!((s >= r->end && (s > r->end || r->end > r->start)) || e < r->start))
+      return 0;
+  }
+  return 1;
+}
+
+/*
+ * The track a sync goes on: the first of its stream's lanes it fits on as it is, else a new
+ * lane, so concurrent waits of several threads on one stream each get a track of their own
+ * (as many as were in progress at once) instead of overlapping, and keep their times. Past
+ * TRACE_SYNC_LANES lanes a wait goes on the last one and is clamped like any other slice.
+ */
+static struct trace_track *sync_lane(struct trace_writer *w, uint32_t device, uint32_t stream,
+                                     uint64_t s, uint64_t e)
+{
+  struct trace_track *t0 = track_for(w, TRACK_GPU_SYNC, device, stream), *t;
+  uint32_t lanes;
+
+  if (!t0)
+    return NULL;
+  if (sync_lane_free(t0, s, e))
+    return t0;
+  lanes = t0->lanes ? t0->lanes : 1;
+  for (uint32_t k = 1; k < lanes; k++) {
+    t = track_get_lane(w, TRACK_GPU_SYNC, device, stream, k);
+    if (t && sync_lane_free(t, s, e))
+      return t;
+  }
+  /* Out of lanes (or of tracks: a wait is not refused for want of a new one). */
+  if (lanes >= TRACE_SYNC_LANES || w->tracks_len >= TRACE_MAX_TRACKS)
+    return track_get_lane(w, TRACK_GPU_SYNC, device, stream, lanes - 1);
+  t = track_named(w, TRACK_GPU_SYNC, device, stream, lanes, NULL);
+  if (!t)
+    return NULL;
+  /* Adding the lane may have moved the table: look lane 0 up again. */
+  t0 = track_get(w, TRACK_GPU_SYNC, device, stream);
+  t0->lanes = lanes + 1;
+  return track_get_lane(w, TRACK_GPU_SYNC, device, stream, lanes);
+}
+
 int trace_writer_sync(struct trace_writer *w, uint32_t device, uint32_t stream, const char *name,
                       uint64_t start_ns, uint64_t end_ns, uint32_t corr_id)
 {
@@ -413,7 +482,7 @@ int trace_writer_sync(struct trace_writer *w, uint32_t device, uint32_t stream, 
 
   if (rc)
     return rc;
-  t = track_for(w, TRACK_GPU_SYNC, device, stream);
+  t = sync_lane(w, device, stream, start_ns, end_ns);
   if (!t)
     return track_error(w);
   sl = (struct trace_slice){
@@ -476,7 +545,7 @@ int trace_writer_thread_name(struct trace_writer *w, uint32_t tid, const char *n
   t = track_get(w, TRACK_HOST_THREAD, 0, tid);
   if (t && t->described) /* renamed: Perfetto keeps the last name */
     return w->ops->describe_thread(w, t, name);
-  t = track_named(w, TRACK_HOST_THREAD, 0, tid, name);
+  t = track_named(w, TRACK_HOST_THREAD, 0, tid, 0, name);
   return t ? 0 : track_error(w);
 }
 

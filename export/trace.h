@@ -14,8 +14,9 @@
  *
  * Layout (docs/TRACES.md): the host process with one track per application thread (CUDA API
  * calls as slices); one process per GPU, sorted after the host, with one track per stream
- * (kernels, memcpys, memsets), one track per stream for synchronization waits, and a "GPU
- * memory in use" counter; a flow arrow from each launching API call to its GPU slice.
+ * (kernels, memcpys, memsets), one track per stream for synchronization waits (more, "sync
+ * lanes", while several threads wait for the stream at once), and a "GPU memory in use"
+ * counter; a flow arrow from each launching API call to its GPU slice.
  *
  * Nothing is kept per event: output goes through a bounded buffer, and memory grows only with
  * the number of distinct tracks (threads, streams) and, for the protobuf encoding, distinct
@@ -132,7 +133,10 @@ int trace_writer_api_slice(struct trace_writer *w, uint32_t tid, const char *nam
 
 int trace_writer_gpu_slice(struct trace_writer *w, const struct trace_gpu_slice *s);
 
-/* A synchronization wait (CUPTI sync record): stream == UINT32_MAX for a context-wide one. */
+/* A synchronization wait (CUPTI sync record): stream == UINT32_MAX for a context-wide one.
+ * Waits never nest: one that overlaps a wait already on the stream's sync track (another
+ * thread's) goes on the stream's next sync lane, a track of its own ("stream 7 sync 2"), with
+ * its times unchanged; see trace.c sync_lane. */
 int trace_writer_sync(struct trace_writer *w, uint32_t device, uint32_t stream, const char *name,
                       uint64_t start_ns, uint64_t end_ns, uint32_t corr_id);
 

@@ -73,12 +73,19 @@ struct trace_span {
   uint64_t start, end;
 };
 
+/* Tracks one stream's synchronization waits can take (its "sync lanes", trace.c sync_lane):
+ * one per wait in progress at once. Past this many, waits share the last one, clamped. */
+#define TRACE_SYNC_LANES 255u
+
 struct trace_track {
   uint8_t kind;
   uint8_t described;
   uint32_t a, b;
+  uint32_t lane;    /* TRACK_GPU_SYNC: 0 for the stream's first sync track, else 1.. */
+  uint32_t lanes;   /* TRACK_GPU_SYNC lane 0: how many lanes the stream has (0 means 1) */
   uint64_t uuid;    /* protobuf track uuid, unique in the trace */
   uint64_t max_end; /* latest end of any slice written on the track */
+  uint64_t written; /* slices written on the track */
   /* The most recent slices written on the track: a new one is fitted against these. */
   struct trace_span ring[TRACK_RING];
   uint32_t ring_len, ring_pos;
@@ -133,20 +140,30 @@ static inline uint32_t trace_gpu_pid(uint32_t host_pid, uint32_t device)
 {
   return 0x40000000u | ((host_pid & 0x3fffffu) << 8) | (device & 0xffu);
 }
-/* The sort rank of a stream's track (sync = 0) or of its sync track (sync = 1) in its GPU
- * process: each sync track right below its stream, context-wide waits (UINT32_MAX) last. An
- * int32 in both encodings: stream ids from 2^30 on share the last rank (CUPTI's are small
- * per-context counters in practice). */
-static inline int32_t trace_stream_rank(uint32_t stream, int sync)
+/* The sort rank of a stream's track (sub = 0) or of its sync lane sub - 1 (sub >= 1) in its
+ * GPU process: a stream, then its sync tracks in lane order, then the next stream; context-wide
+ * waits (UINT32_MAX) last. An int32 in both encodings: 256 ranks per stream (the stream and
+ * TRACE_SYNC_LANES lanes), so stream ids from 2^23 - 2 on share the last stream's ranks
+ * (CUPTI's are small per-context counters in practice). */
+static inline int32_t trace_stream_rank(uint32_t stream, uint32_t sub)
+{
+  uint32_t k = sub < 255u ? sub : 255u;
+
+  if (stream == UINT32_MAX)
+    return (int32_t)(0x7fffff00u + (k ? k - 1 : 0));
+  return (int32_t)((stream < 0x7ffffeu ? stream : 0x7ffffeu) * 256u + k);
+}
+/* The JSON tid of a stream's synchronization lane inside the GPU process. Lane 0 is
+ * 0x80000000 | stream (context-wide: UINT32_MAX); lane k >= 1 puts k in bits 22..29 (the
+ * stream in the 22 bits below: unique for stream ids below 2^22), context-wide lanes count down
+ * from UINT32_MAX. */
+static inline uint32_t trace_sync_tid(uint32_t stream, uint32_t lane)
 {
   if (stream == UINT32_MAX)
-    return INT32_MAX;
-  return (int32_t)((stream < 0x3ffffffeu ? stream : 0x3ffffffeu) * 2 + (sync ? 1 : 0));
-}
-/* The tid of a stream's synchronization track inside the GPU process. */
-static inline uint32_t trace_sync_tid(uint32_t stream)
-{
-  return stream == UINT32_MAX ? UINT32_MAX : (0x80000000u | stream);
+    return UINT32_MAX - lane;
+  if (!lane)
+    return 0x80000000u | stream;
+  return 0x80000000u | (lane << 22) | (stream & 0x3fffffu);
 }
 
 /* Track display names, shared by both encodings. Return the length written (< n). */

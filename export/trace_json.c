@@ -173,7 +173,7 @@ static uint32_t track_tid(const struct trace_track *t)
   case TRACK_GPU_STREAM:
     return t->b;
   case TRACK_GPU_SYNC:
-    return trace_sync_tid(t->b);
+    return trace_sync_tid(t->b, t->lane);
   default:
     return 0;
   }
@@ -242,7 +242,7 @@ static int json_describe(struct trace_writer *w, struct trace_track *t)
   case TRACK_GPU_STREAM:
     return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 0));
   case TRACK_GPU_SYNC:
-    return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 1));
+    return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 1 + t->lane));
   default:
     return 0; /* counters are named by their events */
   }

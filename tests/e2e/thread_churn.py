@@ -34,6 +34,10 @@ import check_capture as cc  # noqa: E402
 
 ALLOC = 4096
 LAUNCHES = 2
+AT_ONCE = 4  # thread_churn.c: churn threads alive together
+# agent/capture.c: rings of ended threads waiting for the worker's drain before a claim
+# allocates no more; the rings in all stay below the threads calling at once + this.
+RING_EXITED_MAX = 256
 WORKER_API = {"cuMemAlloc": 1, "cuLaunchKernel": LAUNCHES, "cuStreamSynchronize": 1,
               "cuMemFree": 1}
 SANITIZER_BANNERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
@@ -70,6 +74,12 @@ def check_trace(path, c, per, wide, captures, mode):
     for k in ("dropped_api_calls", "dropped_records", "zero_timestamp_records",
               "invalid_events"):
         eq(f"{where}: metadata {k}", meta.get(k), 0)
+    # API rings allocated so far (a high-water mark): thousands of threads came and went
+    # within one flush interval, yet at most the threads alive together (the wide ones, or
+    # AT_ONCE, and main) plus RING_EXITED_MAX; without the early drain, one per thread.
+    rings = meta.get("api_rings")
+    check(isinstance(rings, int) and 0 < rings <= max(wide, AT_ONCE) + 1 + RING_EXITED_MAX,
+          f"{where}: metadata api_rings {rings!r}, expected 1..{max(wide, AT_ONCE) + 1 + RING_EXITED_MAX}")
     threads = capture_threads(c, per, wide, captures)
     want_gpu = collections.Counter({f"cap_kernel_{c}": LAUNCHES * per})
     if c == captures - 1 and wide:

@@ -457,6 +457,11 @@ def json_track_of(tracks, uuid):
         return (gpu_pid(dev), 0xFFFFFFFF)
     if name.endswith(" sync"):
         return (gpu_pid(dev), sync_tid(int(name.split()[1])))
+    if name.startswith("context sync "):  # lane k + 1 of the context-wide waits
+        return (gpu_pid(dev), 0xFFFFFFFF - (int(name.split()[2]) - 1))
+    if name.startswith("stream ") and " sync " in name:  # "stream 7 sync 2": lane 1
+        lane = int(name.split()[3]) - 1
+        return (gpu_pid(dev), 0x80000000 | (lane << 22) | (int(name.split()[1]) & 0x3FFFFF))
     if name.startswith("stream "):
         return (gpu_pid(dev), int(name.split()[1]))
     if name == "GPU memory in use":

@@ -181,15 +181,23 @@ static void refused_track(const char *dir, int f)
 }
 
 /* Sort ranks of stream tracks are int32 in both encodings (TrackDescriptor's
- * sibling_order_rank): each sync track right below its stream, huge stream ids clamped. */
+ * sibling_order_rank): each stream's sync lanes right below it in lane order, huge stream ids
+ * clamped, context-wide waits last; lane tids distinct from streams' and from each other. */
 static void stream_ranks(void)
 {
-  EXPECT(trace_stream_rank(7, 0) == 14);
-  EXPECT(trace_stream_rank(7, 1) == 15);
-  EXPECT(trace_stream_rank(8, 0) == 16);
-  EXPECT(trace_stream_rank(0x40000000u, 0) == 0x7ffffffc);
-  EXPECT(trace_stream_rank(0xfffffffeu, 1) == 0x7ffffffd);
-  EXPECT(trace_stream_rank(UINT32_MAX, 1) == INT32_MAX);
+  EXPECT(trace_stream_rank(7, 0) == 7 * 256);
+  EXPECT(trace_stream_rank(7, 1) == 7 * 256 + 1);
+  EXPECT(trace_stream_rank(7, 1 + TRACE_SYNC_LANES - 1) == 7 * 256 + 255);
+  EXPECT(trace_stream_rank(8, 0) == 8 * 256);
+  EXPECT(trace_stream_rank(0x40000000u, 0) == 0x7ffffe00);
+  EXPECT(trace_stream_rank(0xfffffffeu, 1) == 0x7ffffe01);
+  EXPECT(trace_stream_rank(UINT32_MAX, 1) == 0x7fffff00);
+  EXPECT(trace_stream_rank(UINT32_MAX, TRACE_SYNC_LANES) == 0x7ffffffe);
+  EXPECT(trace_sync_tid(7, 0) == 0x80000007u);
+  EXPECT(trace_sync_tid(7, 1) == 0x80400007u);
+  EXPECT(trace_sync_tid(7, TRACE_SYNC_LANES - 1) == 0xbf800007u);
+  EXPECT(trace_sync_tid(UINT32_MAX, 0) == UINT32_MAX);
+  EXPECT(trace_sync_tid(UINT32_MAX, 2) == UINT32_MAX - 2);
 }
 
 /* The cap reached while a new track is being described: -EFBIG like any other event. Runs

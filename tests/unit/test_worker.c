@@ -126,9 +126,69 @@ static void test_stuck_flush_bounded(void)
   atomic_store(&release_flush, 1);
 }
 
+static _Atomic int ticks, flushes_seen;
+
+static void count_tick(void *arg, uint64_t now_ns)
+{
+  (void)arg;
+  (void)now_ns;
+  atomic_fetch_add(&ticks, 1);
+}
+
+static CUptiResult CUPTIAPI count_flush(uint32_t flag)
+{
+  (void)flag;
+  atomic_fetch_add(&flushes_seen, 1);
+  return CUPTI_SUCCESS;
+}
+
+/* worker_wake ticks the consumers at once, without a CUPTI flush and long before the flush
+ * interval; several wakes before the worker runs make at least one tick; a wake while the
+ * worker is stopped does nothing. */
+static void test_wake_ticks_without_flush(void)
+{
+  struct corr_table *corr = corr_table_new(1024);
+  struct aggregate *agg = aggregate_new(corr);
+  struct buffer_pool *p = buffer_pool_new(64 << 10, 256 << 10);
+  struct worker_consumer c = {.tick = count_tick};
+  struct worker_stats before, st;
+  int waited = 0;
+
+  CHECK(p && agg);
+  CHECK_EQ(worker_add_consumer(&c), 0);
+  cupti_fn.ActivityFlushAll = count_flush;
+  worker_get_stats(&before);
+  worker_wake(); /* not running (the first test stopped it): no effect */
+  /* An hour between flushes: only a wake (or the final stop) can tick. */
+  CHECK_EQ(worker_start(p, agg, 3600ull * 1000000000ull), 0);
+  for (int i = 0; i < 3; i++) {
+    int t0 = atomic_load(&ticks);
+
+    worker_wake();
+    worker_wake();
+    while (atomic_load(&ticks) == t0 && waited < 5000) {
+      usleep(1000);
+      waited++;
+    }
+    CHECK(atomic_load(&ticks) > t0);
+  }
+  worker_get_stats(&st);
+  CHECK(st.kicks - before.kicks >= 3 && st.kicks - before.kicks <= 6);
+  CHECK_EQ(st.flushes, before.flushes);
+  CHECK_EQ(atomic_load(&flushes_seen), 0);
+  CHECK_EQ(worker_stop(5000), 0);
+  worker_wake(); /* stopped: no effect, no hang */
+  worker_get_stats(&st);
+  CHECK(st.kicks - before.kicks <= 6);
+  buffer_pool_free(p);
+  aggregate_free(agg);
+  corr_table_free(corr);
+}
+
 int main(void)
 {
   RUN(test_stop_drains_late_buffer);
+  RUN(test_wake_ticks_without_flush);
   RUN(test_stuck_flush_bounded);
   UNIT_EXIT();
 }
