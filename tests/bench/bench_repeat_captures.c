@@ -1,7 +1,6 @@
 /* Benchmark: process RSS, heap, fds and threads after 1, 10, 100 and N short captures of one
  * running process (on demand, as a sidecar's hourly captures are). Not a test. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +15,7 @@
 #include "gpuprof/gpuprof.h"
 #include "tests/fakegpu/fakegpu.h"
 #include "tests/lib/e2e.h"
+#include "tests/lib/procstat.h"
 
 #pragma weak gpuprof_capture_start
 #pragma weak gpuprof_capture_stop
@@ -108,44 +108,14 @@ static void wait_launches(unsigned long n)
     usleep(200);
 }
 
-static int count_dir(const char *path)
-{
-  DIR *d = opendir(path);
-  struct dirent *e;
-  int n = 0;
-
-  if (!d)
-    return -1;
-  while ((e = readdir(d)))
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n - (strcmp(path, "/proc/self/fd") == 0); /* opendir's own fd */
-}
-
-static long rss_kib(void)
-{
-  char line[256];
-  long kib = -1;
-  FILE *f = fopen("/proc/self/status", "r");
-
-  if (!f)
-    return -1;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-      break;
-  fclose(f);
-  return kib;
-}
-
 static void report(unsigned long n)
 {
   struct mallinfo2 mi = mallinfo2();
 
   /* In use: chunks of every arena plus the mmapped ones (the agent's big per-capture tables). */
   printf("after %5lu captures: rss %6ld KiB  heap in use %8zu B  fds %3d  threads %2d\n", n,
-         rss_kib(), mi.uordblks + mi.hblkhd, count_dir("/proc/self/fd"),
-         count_dir("/proc/self/task"));
+         procstat_rss_kib(), mi.uordblks + mi.hblkhd, procstat_count_dir("/proc/self/fd"),
+         procstat_count_dir("/proc/self/task"));
   fflush(stdout);
 }
 

@@ -1,7 +1,6 @@
 /* Benchmark: process RSS, heap, fds and threads after 1k, 10k, 100k short-lived CUDA threads,
  * with no capture running or inside back-to-back API captures (flat numbers: recycled). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -12,6 +11,8 @@
 #include <unistd.h>
 
 #include <cuda.h>
+
+#include "tests/lib/procstat.h"
 
 /*
  * usage: bench_thread_churn [THREADS [AT_ONCE [captures|none [PER_CAPTURE [WIDE]]]]]
@@ -53,43 +54,13 @@ static void *worker(void *arg)
   return NULL;
 }
 
-static int count_dir(const char *path)
-{
-  DIR *d = opendir(path);
-  struct dirent *e;
-  int n = 0;
-
-  if (!d)
-    return -1;
-  while ((e = readdir(d)))
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n - (strcmp(path, "/proc/self/fd") == 0); /* opendir's own fd */
-}
-
-static long rss_kib(void)
-{
-  char line[256];
-  long kib = -1;
-  FILE *f = fopen("/proc/self/status", "r");
-
-  if (!f)
-    return -1;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-      break;
-  fclose(f);
-  return kib;
-}
-
 static void report(const char *when, unsigned long n, double secs)
 {
   struct mallinfo2 mi = mallinfo2();
 
   printf("%-6s %7lu threads: rss %7ld KiB  heap in use %10zu B  fds %3d  threads %3d  %.1f s\n",
-         when, n, rss_kib(), mi.uordblks + mi.hblkhd, count_dir("/proc/self/fd"),
-         count_dir("/proc/self/task"), secs);
+         when, n, procstat_rss_kib(), mi.uordblks + mi.hblkhd, procstat_count_dir("/proc/self/fd"),
+         procstat_count_dir("/proc/self/task"), secs);
   fflush(stdout);
 }
 

@@ -1,7 +1,6 @@
 /* Thread churn under the agent: thousands of short-lived CUDA threads, captures taken while
  * they come and go, and 256 threads launching at once; checked by thread_churn.py. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "tests/lib/e2e.h"
+#include "tests/lib/procstat.h"
 
 /*
  * Every worker thread names itself (its comm, before its first CUDA call), then makes exactly
@@ -104,29 +104,14 @@ static void wide(unsigned n)
   free(j);
 }
 
-static int count_dir(const char *path)
-{
-  DIR *d = opendir(path);
-  struct dirent *e;
-  int n = 0;
-
-  if (!d)
-    return -1;
-  while ((e = readdir(d)))
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n - (strcmp(path, "/proc/self/fd") == 0); /* opendir's own fd */
-}
-
 /* The agent's threads finish what a capture used shortly after it ends: wait up to 5 s. */
 static void settle(const char *what, const char *path, int want)
 {
-  int got = count_dir(path);
+  int got = procstat_count_dir(path);
 
   for (int i = 0; i < 500 && got != want; i++) {
     nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    got = count_dir(path);
+    got = procstat_count_dir(path);
   }
   if (got == want)
     printf("%s back to baseline\n", what);
@@ -143,7 +128,7 @@ int main(int argc, char **argv)
   int fds, tasks;
   CUdevice dev;
   void *agent;
-  char prefix[8];
+  char prefix[16]; /* "c<capture>t": room for any unsigned, as -Wformat-truncation wants */
 
   if (argc != 5)
     e2e_fail("usage: thread_churn CHURN CAPTURES PER_CAPTURE WIDE");
@@ -162,8 +147,8 @@ int main(int argc, char **argv)
     capture_start = (int (*)(unsigned, unsigned))dlsym(agent, "gpuprof_capture_start");
     capture_stop = (int (*)(void))dlsym(agent, "gpuprof_capture_stop");
   }
-  fds = count_dir("/proc/self/fd");
-  tasks = count_dir("/proc/self/task");
+  fds = procstat_count_dir("/proc/self/fd");
+  tasks = procstat_count_dir("/proc/self/task");
 
   churn(churn_n, "ch", fn[0]);
   printf("churned %u threads\n", churn_n);
