@@ -56,7 +56,7 @@ static void *wrap_thread_b(void *arg)
  * (cuLaunchKernelEx) on thread B, A x512, cuCtxSynchronize. The flush interval outlasts the
  * run, so every record is decoded at exit, after all of these calls.
  */
-static void wrap(void)
+__attribute__((noinline)) static void wrap(void)
 {
   pthread_t t;
 
