@@ -8,6 +8,7 @@
 
 #include "agent/thread.h"
 #include "agent/util/counter.h"
+#include "tests/unit/unit.h"
 
 #define WIDE (COUNTER_SHARED_STRIPE - 1) /* every owned stripe but the main thread's */
 #define CHURN 2000
@@ -18,15 +19,6 @@ static pthread_barrier_t barrier;
 static uint32_t slots[WIDE];
 static pthread_key_t late_key;
 static _Atomic int late_shared, late_runs;
-static int failures;
-
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 
 /* Runs after the agent's stripe destructor (a key created later): a CUDA call made there must
  * count on the shared stripe, never on the stripe the thread gave back. */
@@ -110,7 +102,7 @@ int main(void)
   /* Exact: every add of every thread, its late destructor's included. */
   CHECK(striped_counter_sum(&counted) == (uint64_t)(2 * WIDE + CHURN) * 2 * ADDS);
   printf("sum %llu\n", (unsigned long long)striped_counter_sum(&counted));
-  if (failures)
-    fprintf(stderr, "%d checks failed\n", failures);
-  return failures ? 1 : 0;
+  if (unit_failures)
+    fprintf(stderr, "%d checks failed\n", unit_failures);
+  return unit_failures ? 1 : 0;
 }
