@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "agent/profiles.h"
 #include "agent/summary.h"
 #include "agent/uploader.h"
+#include "agent/util/clock.h"
 #include "agent/util/files.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
@@ -30,6 +33,7 @@
 /* Exit-path bounds (docs/CONFIGURATION.md "Exit delay" has their sum). */
 #define WORKER_PAUSE_TIMEOUT_MS 2000
 #define WORKER_STOP_TIMEOUT_MS 5000
+#define EXIT_CUPTI_TIMEOUT_MS 2000 /* the forced flush, then cuptiFinalize: each */
 
 _Atomic int agent_state_word = AGENT_UNINIT;
 
@@ -234,6 +238,58 @@ void agent_init(void)
   pthread_once(&init_once, init_once_fn);
 }
 
+/* Set when a CUPTI call of the exit path did not return in time: the summary says so. */
+static int exit_cupti_stuck;
+
+enum exit_call { EXIT_CALL_FORCED_FLUSH = 1, EXIT_CALL_FINALIZE };
+
+static void *exit_call_main(void *arg)
+{
+  /* An agent thread: whatever CUPTI calls back on it is not the application's. */
+  guard_hold();
+  if ((uintptr_t)arg == EXIT_CALL_FORCED_FLUSH)
+    cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  else
+    cupti_fn.Finalize();
+  return NULL;
+}
+
+/*
+ * A CUPTI call of the exit path, made on a thread of its own and waited for at most
+ * EXIT_CUPTI_TIMEOUT_MS: the GPU may wedge after the worker's last periodic flush returned,
+ * and the forced flush (or Finalize, which synchronizes every context) would then block the
+ * application's exit for good. Past the bound the thread is left inside CUPTI (the process
+ * is exiting) and -ETIMEDOUT returned. Without a thread, the call is made here, as before.
+ */
+static int exit_call(enum exit_call what)
+{
+  struct timespec deadline;
+  sigset_t all, old;
+  pthread_t t;
+  int ret;
+
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  ret = pthread_create(&t, NULL, exit_call_main, (void *)(uintptr_t)what);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (ret) {
+    exit_call_main((void *)(uintptr_t)what);
+    return 0;
+  }
+  deadline = clock_ns_to_timespec(clock_realtime_ns() + EXIT_CUPTI_TIMEOUT_MS * 1000000ull);
+  if (pthread_timedjoin_np(t, NULL, &deadline) == 0)
+    return 0;
+  pthread_detach(t);
+  exit_cupti_stuck = 1;
+  log_warn("%s did not return within %d ms; %s",
+           what == EXIT_CALL_FINALIZE ? "cuptiFinalize" : "the final cuptiActivityFlushAll",
+           EXIT_CUPTI_TIMEOUT_MS,
+           what == EXIT_CALL_FINALIZE
+               ? "exiting without it"
+               : "records CUPTI still holds are lost and the summary is incomplete");
+  return -ETIMEDOUT;
+}
+
 static void write_outputs(int active)
 {
   struct alloc_map_stats mem;
@@ -255,6 +311,8 @@ static void write_outputs(int active)
     in.stacks = hoststack_table();
     in.agg = agg;
     worker_get_stats(&in.worker);
+    if (exit_cupti_stuck)
+      in.worker.exit_incomplete = 1;
     in.buffer_pool_exhausted = buffer_pool_exhausted(pool);
   }
   if (summary_write_file(&in, path, sizeof(path)) != 0)
@@ -294,7 +352,7 @@ void agent_shutdown(void)
      * one would block the same way, so it is skipped and the summary says it is incomplete. */
     flushed = worker_pause_flushing(WORKER_PAUSE_TIMEOUT_MS) == 0;
     if (flushed)
-      cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      flushed = exit_call(EXIT_CALL_FORCED_FLUSH) == 0;
     /* The last, partial window(s) once the worker has delivered every record; before the
      * uploader's final flush, which then sends them. */
     stopped = worker_stop(WORKER_STOP_TIMEOUT_MS) == 0;
@@ -311,12 +369,13 @@ void agent_shutdown(void)
      * Workaround: with CUDA 13.0-13.1, libcupti unloaded at exit without cuptiFinalize can
      * crash the process (fixed in 13.2; PAPI does the same, icl-utk-edu/papi#594). Finalize
      * after everything was flushed and written; buffers it still completes are returned
-     * unread (the worker is gone). Not while a flush is stuck inside CUPTI on the worker
-     * thread: Finalize synchronizes every context and would wait on the same wedged GPU. A
-     * flush that was only slow (it returned and the worker was joined) does not skip it.
+     * unread (the worker is gone). Not while a flush is stuck inside CUPTI (the worker's, or
+     * the forced one's): Finalize synchronizes every context and would wait on the same
+     * wedged GPU. A flush that was only slow (it returned and the worker was joined) does not
+     * skip it. Finalize itself is bounded the same way (exit_call).
      */
-    if (flushed || stopped)
-      cupti_fn.Finalize();
+    if (flushed || (stopped && !exit_cupti_stuck))
+      exit_call(EXIT_CALL_FINALIZE);
     set_state(AGENT_STOPPED);
     break;
   case AGENT_INACTIVE:

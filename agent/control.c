@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -108,6 +109,41 @@ static int socket_is_live(const char *path)
   return live;
 }
 
+/*
+ * The run directory's lock (flock on the directory itself), held while a socket name is
+ * judged stale and replaced: by an agent taking a name, and by `gpuprof list` removing a stale
+ * file (cli/client.c client_remove_stale). Without it, one of them could judge a name stale,
+ * another take it over with a live socket, and the first then unlink that live socket. Waited
+ * for at most RUN_DIR_LOCK_WAIT_MS (this runs inside cuInit; whoever can read the directory
+ * can hold it): -1 without it, and names are then taken as before, unlocked.
+ */
+#define RUN_DIR_LOCK_WAIT_MS 1000
+
+static int run_dir_lock(const char *run_dir)
+{
+  int fd = open(run_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  for (int waited = 0; fd >= 0; waited += 10) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+      return fd;
+    if (errno != EWOULDBLOCK || waited >= RUN_DIR_LOCK_WAIT_MS)
+      break;
+    usleep(10000);
+  }
+  if (fd >= 0) {
+    log_debug("cannot lock GPUPROF_RUN_DIR=%s: %s; taking a socket name without it", run_dir,
+              strerror(errno));
+    close(fd);
+  }
+  return -1;
+}
+
+static void run_dir_unlock(int fd)
+{
+  if (fd >= 0)
+    close(fd); /* releases the lock */
+}
+
 /* Most agents with the same pid that one run directory serves (gpuprof-<pid>.sock, then
  * gpuprof-<pid>.2.sock, ...): containers of one pod sharing the directory each have their own
  * pid namespace, and their workloads are often all pid 1. */
@@ -137,7 +173,7 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
    * binding at the same moment, and be no longer than the final name (socket paths are
    * short): ".gp<pid>.<16 bits>". */
   unsigned tag = (unsigned)((clock_monotonic_ns() >> 10) ^ (uintptr_t)s) & 0xffffu;
-  int ret, n, stale_tries = 0;
+  int ret, n, stale_tries = 0, lock_fd;
 
   if (socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, 1) ||
       (size_t)snprintf(a.sun_path, sizeof(a.sun_path), "%s/.gp%d.%04x", run_dir, (int)s->pid,
@@ -166,6 +202,7 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
     unlink(a.sun_path);
     return ret;
   }
+  lock_fd = run_dir_lock(run_dir);
   for (n = 1; n <= MAX_SAME_PID; n++) {
     if (socket_name(s->path, sizeof(s->path), run_dir, (int)s->pid, n)) {
       snprintf(err, err_len,
@@ -179,8 +216,8 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
       break;
     if (errno != EEXIST) {
       ret = -errno;
-      snprintf(err, err_len, "cannot create the control socket %s in GPUPROF_RUN_DIR: %s",
-               s->path, strerror(errno));
+      snprintf(err, err_len, "cannot create the control socket %s in GPUPROF_RUN_DIR: %s", s->path,
+               strerror(errno));
       goto fail;
     }
     if (lstat(s->path, &sb) == 0 && !S_ISSOCK(sb.st_mode)) {
@@ -206,6 +243,7 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
     ret = -EADDRINUSE;
     goto fail;
   }
+  run_dir_unlock(lock_fd);
   unlink(a.sun_path);
   if (stat(s->path, &sb)) {
     ret = -errno;
@@ -220,6 +258,7 @@ static int create_socket(struct control_server *s, const char *run_dir, char *er
   s->ino = sb.st_ino;
   return 0;
 fail:
+  run_dir_unlock(lock_fd);
   unlink(a.sun_path);
   return ret;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -84,6 +85,8 @@ int client_scan(const char *dir, struct agent_socket **out, size_t *n)
     if (lstat(a.path, &sb) || !S_ISSOCK(sb.st_mode))
       continue;
     a.owner = sb.st_uid;
+    a.dev = sb.st_dev;
+    a.ino = sb.st_ino;
     if (cnt == cap) {
       size_t nc = cap ? cap * 2 : 16;
       struct agent_socket *nv = realloc(v, nc * sizeof(*v));
@@ -134,6 +137,48 @@ static int wait_fd(int fd, short events, uint64_t deadline)
       return -errno;
     return r > 0;
   }
+}
+
+#define RUN_DIR_LOCK_WAIT_MS 1000
+
+int client_remove_stale(const char *dir, const struct agent_socket *a)
+{
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd = -1, ret;
+  struct stat sb;
+
+  if (dfd < 0)
+    return -errno;
+  /* The lock an agent holds from judging a name stale to linking its own socket there. */
+  for (int waited = 0; flock(dfd, LOCK_EX | LOCK_NB); waited += 10) {
+    if (errno != EWOULDBLOCK || waited >= RUN_DIR_LOCK_WAIT_MS) {
+      ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+      goto out;
+    }
+    usleep(10000);
+  }
+  if (lstat(a->path, &sb)) {
+    ret = -errno;
+    goto out;
+  }
+  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", a->path);
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    ret = -errno;
+    goto out;
+  }
+  /* Still the file scanned, and still nobody listening (EAGAIN: a full backlog, a listener). */
+  if (!S_ISSOCK(sb.st_mode) || sb.st_dev != a->dev || sb.st_ino != a->ino ||
+      connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 || errno != ECONNREFUSED) {
+    ret = -ESTALE;
+    goto out;
+  }
+  ret = unlink(a->path) ? -errno : 0;
+out:
+  if (fd >= 0)
+    close(fd);
+  close(dfd); /* releases the lock */
+  return ret;
 }
 
 /*

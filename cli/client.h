@@ -25,6 +25,8 @@ const char *client_run_dir(const char *opt);
 struct agent_socket {
   int pid;     /* from the file name */
   uid_t owner; /* of the socket file */
+  dev_t dev;   /* the file found (client_remove_stale removes only that one) */
+  ino_t ino;
   char path[108];
 };
 
@@ -49,6 +51,15 @@ struct client_reply {
  */
 int client_request(const char *path, const struct control_request *req, unsigned timeout_ms,
                    struct client_reply *rep, char *err, size_t err_len);
+
+/*
+ * Removes a socket file nobody listens on (client_request said -ECONNREFUSED): under the run
+ * directory's lock, which agents hold while they take over a stale name (agent/control.c), and
+ * only if the file is still the one scanned and still refuses connections. 0 when removed;
+ * -EBUSY when the lock was not had within a second, -ESTALE when the file changed or someone
+ * listens now (left alone), or -errno.
+ */
+int client_remove_stale(const char *dir, const struct agent_socket *a);
 
 /* A status reply (ok or error: both carry the status fields) as values. */
 struct client_status {

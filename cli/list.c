@@ -66,8 +66,10 @@ int cmd_list(int argc, char **argv)
 
     ret = client_request(socks[i].path, &req, CLIENT_TIMEOUT_MS, &rep, err, sizeof(err));
     if (ret == -ECONNREFUSED) {
-      /* Nobody listens: the process is gone (killed, or exited without its exit handler). */
-      if (unlink(socks[i].path) == 0)
+      /* Nobody listens: the process is gone (killed, or exited without its exit handler).
+       * Removed only under the run directory's lock, still refused: an agent may be taking
+       * the name over right now (the same pid from another pid namespace, or a reused pid). */
+      if (client_remove_stale(dir, &socks[i]) == 0)
         fprintf(stderr, "gpuprof: removed %s: its process %d is gone\n", socks[i].path,
                 socks[i].pid);
       continue;

@@ -491,6 +491,35 @@ def _(f, run, env):
     ])
 
 
+@case("wedged_forced")
+def _(f, run, env):
+    # cupti_wedge.c: the exit path's forced flush never returns; GPUPROF_FLUSH_INTERVAL=1h, so
+    # no periodic flush ran and the small workload's records all stayed inside CUPTI. The
+    # program's exit status and stdout are the baseline's (run_case.py): the exit waited 2 s
+    # for the flush and skipped cuptiFinalize (it would wait on the same GPU).
+    s = summary_header(f, run, window=False)
+    if s is None:
+        return
+    f.eq("api", s.get("api"), {"runtime": 0, "driver": 11})
+    f.eq("kernels", s.get("kernels"), {"count": 0, "gpu_time_ns": 0, "by_name": []})
+    f.match("losses", s.get("losses"), dict(LOSSES_NONE, exit_incomplete=True))
+    f.eq("gpuprof lines on stderr", run.agent_lines, [
+        "gpuprof: the final cuptiActivityFlushAll did not return within 2000 ms; records CUPTI "
+        "still holds are lost and the summary is incomplete",
+    ])
+
+
+@case("wedged_finalize")
+def _(f, run, env):
+    # cupti_wedge.c: cuptiFinalize never returns. It comes after the summary was written, which
+    # is the small workload's whole one; the exit waited 2 s for Finalize, then went on.
+    f.eq("gpuprof lines on stderr", run.agent_lines, [
+        "gpuprof: cuptiFinalize did not return within 2000 ms; exiting without it",
+    ])
+    run.agent_lines = []  # checked above; small_capture wants none besides it
+    small_capture(f, run)
+
+
 @case("cupti_other_subscriber")
 def _(f, run, env):
     inactive(f, run, ["nsys"])
