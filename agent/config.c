@@ -352,6 +352,22 @@ static void load_path(const char *var, char *dst, size_t cap, const char *fallba
 }
 
 /*
+ * A value uploaded as a Pyroscope label (service_name, pod, ...): a control character (a
+ * newline from a templated manifest) would make it another series than the one dashboards
+ * select, with nothing said; /ingest would silently turn it into '_'. Refused, with one line.
+ */
+static void load_label(const char *var, char *dst, size_t cap, const char *fallback_desc)
+{
+  const char *v = env(var);
+
+  if (v && has_control(v)) {
+    bad_value(var, v, "a label value without control characters", fallback_desc);
+    return;
+  }
+  load_string(var, dst, cap, fallback_desc);
+}
+
+/*
  * Durations beyond a year are refused: they are typos, and deadlines computed as now + the
  * duration would wrap around 2^64 ns (a flush interval of "5124095h" would make the worker
  * wake without end).
@@ -459,6 +475,10 @@ static int parse_tags(const char *s, struct config_tag *tags, size_t *n_tags)
             c == '_' || c == '.' || c == '-'))
         return -EINVAL;
     }
+    /* A value is uploaded as a label: a control character would make another series. */
+    for (size_t i = 0; i < vlen; i++)
+      if ((unsigned char)eq[1 + i] < 0x20 || eq[1 + i] == 0x7f)
+        return -EINVAL;
     memcpy(tags[n].key, p, klen);
     tags[n].key[klen] = '\0';
     memcpy(tags[n].value, eq + 1, vlen);
@@ -699,11 +719,11 @@ static void load_pyroscope(struct config *cfg)
             "a size between 64K and 1G (the server's max-profile-size-bytes)");
   load_duration("GPUPROF_EXIT_TIMEOUT", &cfg->exit_timeout_ns, 0,
                 "a duration (e.g. 3s; 0 drops what is queued at exit)");
-  load_string("GPUPROF_K8S_POD", cfg->k8s_pod, sizeof(cfg->k8s_pod), "leaving out the pod label");
-  load_string("GPUPROF_K8S_NAMESPACE", cfg->k8s_namespace, sizeof(cfg->k8s_namespace),
-              "leaving out the namespace label");
-  load_string("GPUPROF_K8S_NODE", cfg->k8s_node, sizeof(cfg->k8s_node),
-              "leaving out the node label");
+  load_label("GPUPROF_K8S_POD", cfg->k8s_pod, sizeof(cfg->k8s_pod), "leaving out the pod label");
+  load_label("GPUPROF_K8S_NAMESPACE", cfg->k8s_namespace, sizeof(cfg->k8s_namespace),
+             "leaving out the namespace label");
+  load_label("GPUPROF_K8S_NODE", cfg->k8s_node, sizeof(cfg->k8s_node),
+             "leaving out the node label");
 }
 
 void config_load(struct config *cfg)
@@ -774,7 +794,7 @@ void config_load(struct config *cfg)
     } else
       memcpy(cfg->pyroscope_url, v, strlen(v) + 1);
   }
-  load_string("GPUPROF_APP_NAME", cfg->app_name, sizeof(cfg->app_name), "using the program name");
+  load_label("GPUPROF_APP_NAME", cfg->app_name, sizeof(cfg->app_name), "using the program name");
 
   v = env("GPUPROF_TAGS");
   if (v && parse_tags(v, cfg->tags, &cfg->n_tags)) {

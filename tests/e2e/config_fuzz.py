@@ -85,6 +85,11 @@ def text(cap):
     return lambda v: len(v) < cap
 
 
+def label(cap):
+    """A value uploaded as a Pyroscope label: no control characters (another series)."""
+    return lambda v: len(v) < cap and not re.search(rb"[\x00-\x1f\x7f]", v)
+
+
 def header(cap):
     def ok(v):
         v = v.rstrip(b"\r\n")
@@ -112,6 +117,8 @@ def tags(v):
     for p in pairs:
         key, eq, value = p.partition(b"=")
         if not eq or not re.fullmatch(rb"[A-Za-z0-9_.-]{1,63}", key) or len(value) > 191:
+            return False
+        if re.search(rb"[\x00-\x1f\x7f]", value):
             return False
     return True
 
@@ -143,7 +150,7 @@ SPECS = {
     "GPUPROF_TRACE_FORMAT": (choice("json", "json.gz", "perfetto"), "plain"),
     "GPUPROF_RUN_DIR": (PATH, "used"),
     "GPUPROF_PYROSCOPE_URL": (url, "secret"),
-    "GPUPROF_APP_NAME": (text(256), "plain"),
+    "GPUPROF_APP_NAME": (label(256), "plain"),
     "GPUPROF_TAGS": (tags, "plain"),
     "GPUPROF_PYROSCOPE_API": (choice("push", "ingest"), "plain"),
     "GPUPROF_PYROSCOPE_USER": (header(256), "plain"),
@@ -155,9 +162,9 @@ SPECS = {
     "GPUPROF_PYROSCOPE_MAX_SAMPLES": (uint(1, G), "plain"),
     "GPUPROF_PYROSCOPE_MAX_SIZE": (size(64 * K, G), "plain"),
     "GPUPROF_EXIT_TIMEOUT": (duration(0), "used"),
-    "GPUPROF_K8S_POD": (text(256), "plain"),
-    "GPUPROF_K8S_NAMESPACE": (text(256), "plain"),
-    "GPUPROF_K8S_NODE": (text(256), "plain"),
+    "GPUPROF_K8S_POD": (label(256), "plain"),
+    "GPUPROF_K8S_NAMESPACE": (label(256), "plain"),
+    "GPUPROF_K8S_NODE": (label(256), "plain"),
     "GPUPROF_CUPTI_PATH": (PATH, "used"),
     "GPUPROF_TEST_CUPTI_WHEELS_ONLY": (BOOL, "plain"),
     "GPUPROF_TEST_CURL_PATH": (PATH, "used"),
