@@ -799,7 +799,9 @@ void config_load(struct config *cfg)
   v = env("GPUPROF_TAGS");
   if (v && parse_tags(v, cfg->tags, &cfg->n_tags)) {
     cfg->n_tags = 0;
-    bad_value("GPUPROF_TAGS", v, "a list of key=value pairs separated by commas (at most 32)",
+    bad_value("GPUPROF_TAGS", v,
+              "a list of key=value pairs separated by commas (at most 32, values without "
+              "control characters)",
               "using no tags");
   }
   load_pyroscope(cfg);

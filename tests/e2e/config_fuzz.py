@@ -208,6 +208,7 @@ def hostile_values(work):
         ("10000 bytes", b"x" * 10000),
         ("invalid UTF-8", b"\xff\xfe\xc3\x28bad"),
         ("newline and control characters", b"bad\nvalue\r\x01\x1b[31m\x7f"),
+        ("key=value with a newline", b"team=ml\nops"),
         ("format string", b"%s%n%x%p%s%s%s%n"),
         ("path into /proc", b"/proc/gpuprof-fuzz/sub"),
         ("path below a file", b"/dev/null/gpuprof-fuzz"),
