@@ -194,7 +194,10 @@ static void test_bad_values(void)
             "disabling the Pyroscope upload\n");
   check_bad("GPUPROF_TAGS", "pod",
             "gpuprof: GPUPROF_TAGS='pod' is not a list of key=value pairs separated by commas (at "
-            "most 32); using no tags\n");
+            "most 32, values without control characters); using no tags\n");
+  check_bad("GPUPROF_TAGS", "team=ml\tops",
+            "gpuprof: GPUPROF_TAGS='team=ml\\x09ops' is not a list of key=value pairs separated by "
+            "commas (at most 32, values without control characters); using no tags\n");
   check_bad(
       "GPUPROF_BUFFER_SIZE", "4X",
       "gpuprof: GPUPROF_BUFFER_SIZE='4X' is not a size between 64K and 1G (e.g. 4M); using 4M\n");
