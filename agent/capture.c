@@ -44,9 +44,10 @@
  *  - Application threads queue API calls into their own single-producer ring (below); the
  *    worker drains the rings.
  *  - The worker ends a capture in its tick (deadline, stop request, size cap, write error):
- *    stops API recording, flushes CUPTI once, and closes the file at the next tick, so that
- *    records completed before the end are written. agent_shutdown closes a running one after
- *    the worker's final batch (capture_shutdown).
+ *    stops API recording and flushes CUPTI; at the next tick it flushes again and closes the
+ *    file once every buffer CUPTI handed over is decoded (end_settled), so that records
+ *    completed before the end are written. agent_shutdown closes a running one after the
+ *    worker's final batch (capture_shutdown).
  * cap.lock is held only for a few assignments, never across I/O or CUPTI calls.
  */
 
@@ -189,7 +190,7 @@ void capture_api_exit(struct thread_state *ts, uint32_t corr_id, const char *fun
 enum phase {
   PHASE_IDLE = 0,
   PHASE_RUNNING,
-  PHASE_ENDING, /* end decided; one CUPTI flush delivered, the file closes at the next tick */
+  PHASE_ENDING, /* end decided; CUPTI flushed, the file closes once the rest is in (end_settled) */
 };
 
 #define PENDING_SIZE 65536u /* launches/copies waiting for their GPU record (flows) */
@@ -198,6 +199,14 @@ enum phase {
 #define MAX_DEVICES 64
 /* On demand: allocations made during a capture that it follows to their free (in-use). */
 #define LIVE_MAX (1u << 20)
+/*
+ * The end's second step (end_settled): how long one tick waits for a CUPTI thread that is
+ * inside the completion callback, and how long the ticks after the second flush may keep
+ * finding buffers queued before the file is closed regardless (a process whose CUPTI keeps
+ * delivering in continuous mode must still get its file).
+ */
+#define SETTLE_WAIT_MS 200u
+#define SETTLE_MAX_NS (2ull * 1000000000ull)
 
 /*
  * The default format follows from the expected size (formats.md 3.6: the UI parses JSON in
@@ -274,7 +283,8 @@ static struct {
   uint64_t planned_end_ns;   /* start + duration: later work is past the capture's profiles */
   int flows;
   int cap_hit, error;
-  int flushed; /* the ENDING flush was issued */
+  int flushed;           /* ENDING: 1 after the first flush, 2 the second (end_settled) */
+  uint64_t settle_until; /* CLOCK_MONOTONIC: end_settled closes the file by then */
   uint64_t ring_dropped;
   uint64_t events_since_drain;
   int64_t mem[MAX_DEVICES];
@@ -612,7 +622,9 @@ int capture_stop_within(uint64_t max_wait_ns)
   wait_ns = 3 * (cap.cfg ? cap.cfg->flush_interval_ns : 500000000ull) + 5000000000ull;
   if (wait_ns > max_wait_ns)
     wait_ns = max_wait_ns;
-  deadline = clock_ns_to_timespec(clock_realtime_ns() + wait_ns);
+  /* cap.done waits on CLOCK_MONOTONIC (capture_init): a wall-clock step must not make this
+   * wait end at once or last far longer than wait_ns. */
+  deadline = clock_ns_to_timespec(clock_monotonic_ns() + wait_ns);
   while (cap.phase != PHASE_IDLE && cap.st.id == id && !cap.shutdown && !cap.refusing &&
          ret != ETIMEDOUT)
     ret = pthread_cond_timedwait(&cap.done, &cap.lock, &deadline);
@@ -1204,6 +1216,32 @@ static void finish(void)
              (unsigned long long)ts.events, (unsigned long long)bytes, path);
 }
 
+/*
+ * The ticks after the end's first flush: 1 once the file may be closed. FlushAll returning
+ * does not mean CUPTI's own delivery thread has handed over everything it had (cupti.md 2.5:
+ * it delivers too, the split is not documented): a buffer it took before the first flush can
+ * arrive after it. So a second flush here (CUPTI's thread has had a tick to finish; a flush
+ * that finds it delivering may also wait for it), then a bounded wait for any thread still
+ * inside the completion callback, and the file closes only when nothing is left queued: the
+ * worker decodes what is queued right after this tick and ticks again. What arrives later
+ * still is missed (docs/TRACES.md, Known limits). Records that begin after the end are left
+ * out on arrival (window_end), so whatever the second flush adds is the window's.
+ */
+static int end_settled(void)
+{
+  if (wk.flushed == 1) {
+    /* Not while the exit path pauses flushing (its forced flush delivers everything), nor
+     * after a flush that never returned (worker_flush_begin refuses both). */
+    if (worker_flush_begin()) {
+      cupti_fn.ActivityFlushAll(0);
+      worker_flush_end();
+    }
+    wk.flushed = 2;
+    wk.settle_until = clock_monotonic_ns() + SETTLE_MAX_NS;
+  }
+  return worker_settle(SETTLE_WAIT_MS) == 0 || clock_monotonic_ns() >= wk.settle_until;
+}
+
 static void on_tick(void *arg, uint64_t now_ns)
 {
   struct trace_writer *w = atomic_load_explicit(&cap.live, memory_order_acquire);
@@ -1265,7 +1303,7 @@ static void on_tick(void *arg, uint64_t now_ns)
     }
     wk.flushed = 1;
   }
-  if (do_finish)
+  if (do_finish && end_settled())
     finish();
 }
 
@@ -1274,6 +1312,9 @@ static void on_tick(void *arg, uint64_t now_ns)
 static int sig_pipe[2] = {-1, -1};
 static pthread_t sig_thread;
 static int sig_thread_started;
+/* signal_main returned (under cap.lock, cap.done): capture_shutdown waits for it on the
+ * monotonic clock and then joins, as pthread_timedjoin_np knows only CLOCK_REALTIME. */
+static int sig_thread_done;
 
 static void on_capture_signal(int sig)
 {
@@ -1315,6 +1356,10 @@ static void *signal_main(void *arg)
     if (capture_start(&p, err, sizeof(err)) && err[0])
       log_warn("GPUPROF_CAPTURE_SIGNAL: cannot start a capture: %s", err);
   }
+  pthread_mutex_lock(&cap.lock);
+  sig_thread_done = 1;
+  pthread_cond_broadcast(&cap.done);
+  pthread_mutex_unlock(&cap.lock);
   return NULL;
 }
 
@@ -1385,8 +1430,15 @@ void capture_forget(void)
 int capture_init(const struct config *cfg, struct alloc_map *allocs)
 {
   struct worker_consumer c = {.event = on_event, .tick = on_tick, .arg = NULL};
+  pthread_condattr_t attr;
   int ret;
 
+  /* Before any capture or signal thread exists, so nothing waits on cap.done yet: its
+   * timed waits (capture_stop_within, capture_shutdown) use CLOCK_MONOTONIC deadlines. */
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&cap.done, &attr);
+  pthread_condattr_destroy(&attr);
   cap.cfg = cfg;
   cap.allocs = allocs;
   cap.format_set = cfg->trace_format_set;
@@ -1456,14 +1508,22 @@ void capture_shutdown(int worker_stopped)
   pthread_mutex_unlock(&cap.lock);
 
   if (sig_thread_started) {
+    int done = 0;
+
     sig_thread_started = 0;
     if (write(sig_pipe[1], &c, 1) == 1) {
-      deadline = clock_ns_to_timespec(clock_realtime_ns() + 2000000000ull);
-      if (pthread_timedjoin_np(sig_thread, NULL, &deadline) != 0)
-        pthread_detach(sig_thread);
-    } else {
-      pthread_detach(sig_thread);
+      deadline = clock_ns_to_timespec(clock_monotonic_ns() + 2000000000ull);
+      pthread_mutex_lock(&cap.lock);
+      while (!sig_thread_done &&
+             pthread_cond_timedwait(&cap.done, &cap.lock, &deadline) != ETIMEDOUT) {
+      }
+      done = sig_thread_done;
+      pthread_mutex_unlock(&cap.lock);
     }
+    if (done)
+      pthread_join(sig_thread, NULL); /* it only returns from signal_main now */
+    else
+      pthread_detach(sig_thread);
   }
   /* A worker that could not be joined may still be writing: leave its file as it is (it
    * stays loadable, like a killed capture's). */

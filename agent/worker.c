@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent/aggregate.h"
 #include "agent/corr.h"
@@ -26,9 +27,10 @@ struct item {
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t wake;    /* work queued, kick, or stop */
-  pthread_cond_t settled; /* a flush returned */
+  pthread_cond_t settled; /* a flush returned, or the thread finished */
   pthread_t thread;
   int started;   /* thread exists and has not been joined */
+  int finished;  /* worker_main is about to return: a join does not wait */
   int accepting; /* worker_submit may queue */
   int stop;
   int kick; /* worker_wake: tick the consumers now */
@@ -171,6 +173,12 @@ static void *worker_main(void *arg)
   /* Records dropped while every buffer was in this thread's hands, after the last buffer it
    * processed: no buffer completes after them, so only this read counts them. */
   count_dropped();
+  /* worker_stop waits for this on the monotonic clock, then joins (pthread_timedjoin_np only
+   * knows CLOCK_REALTIME, which a clock step can stretch or cut short). */
+  pthread_mutex_lock(&w.lock);
+  w.finished = 1;
+  pthread_cond_broadcast(&w.settled);
+  pthread_mutex_unlock(&w.lock);
   return NULL;
 }
 
@@ -199,6 +207,7 @@ int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush
   w.stop = 0;
   w.kick = 0;
   w.flushing = 0;
+  w.finished = 0;
   w.head = w.count = 0;
 
   pthread_condattr_init(&attr);
@@ -310,7 +319,8 @@ int worker_pause_flushing(unsigned timeout_ms)
 int worker_stop(unsigned timeout_ms)
 {
   struct timespec deadline;
-  int ret;
+  unsigned left;
+  int ret = 0;
 
   pthread_mutex_lock(&w.lock);
   if (!w.started) {
@@ -320,34 +330,54 @@ int worker_stop(unsigned timeout_ms)
   w.started = 0;
   w.stop = 1;
   pthread_cond_signal(&w.wake);
+  /* w.settled waits on CLOCK_MONOTONIC (worker_start): a wall-clock step at exit neither
+   * hangs the exit nor cuts the worker's last batch short. */
+  deadline = clock_ns_to_timespec(clock_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull);
+  while (!w.finished && ret == 0)
+    ret = pthread_cond_timedwait(&w.settled, &w.lock, &deadline);
+  ret = w.finished ? 0 : ETIMEDOUT;
   pthread_mutex_unlock(&w.lock);
 
-  deadline = clock_ns_to_timespec(clock_realtime_ns() + (uint64_t)timeout_ms * 1000000ull);
-  ret = pthread_timedjoin_np(w.thread, NULL, &deadline);
-  if (ret) {
-    unsigned left;
-
-    /* Better an incomplete summary than a process that cannot exit. What is still queued
-     * will never be read: counted as lost and given back now; a worker that wakes later
-     * finds the queue empty and refuses further buffers (worker_submit counts those). */
-    pthread_mutex_lock(&w.lock);
-    w.accepting = 0;
-    left = w.count;
-    while (w.count) {
-      buffer_pool_put(w.pool, w.queue[w.head].buffer);
-      w.head = (w.head + 1) % w.cap;
-      w.count--;
-    }
-    pthread_mutex_unlock(&w.lock);
-    ADD(lost, left);
-    atomic_store(&stats.exit_incomplete, 1);
-    log_warn("the worker thread did not finish within %u ms; writing the summary without it "
-             "(%u completed buffers unread)",
-             timeout_ms, left);
-    pthread_detach(w.thread);
-    return -ETIMEDOUT;
+  if (ret == 0) {
+    pthread_join(w.thread, NULL); /* it only returns from worker_main now */
+    return 0;
   }
-  return 0;
+  /* Better an incomplete summary than a process that cannot exit. What is still queued
+   * will never be read: counted as lost and given back now; a worker that wakes later
+   * finds the queue empty and refuses further buffers (worker_submit counts those). */
+  pthread_mutex_lock(&w.lock);
+  w.accepting = 0;
+  left = w.count;
+  while (w.count) {
+    buffer_pool_put(w.pool, w.queue[w.head].buffer);
+    w.head = (w.head + 1) % w.cap;
+    w.count--;
+  }
+  pthread_mutex_unlock(&w.lock);
+  ADD(lost, left);
+  atomic_store(&stats.exit_incomplete, 1);
+  log_warn("the worker thread did not finish within %u ms; writing the summary without it "
+           "(%u completed buffers unread)",
+           timeout_ms, left);
+  pthread_detach(w.thread);
+  return -ETIMEDOUT;
+}
+
+unsigned worker_settle(unsigned timeout_ms)
+{
+  uint64_t until = clock_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
+  const struct timespec nap = {.tv_sec = 0, .tv_nsec = 200000};
+  unsigned queued;
+
+  /* A thread inside the completion callback is about to queue a buffer (it only takes
+   * w.lock, which this thread does not hold here): worth a short wait. Bounded, because a
+   * CUPTI thread may be descheduled for as long as the machine likes. */
+  while (buffers_completing() && clock_monotonic_ns() < until)
+    nanosleep(&nap, NULL);
+  pthread_mutex_lock(&w.lock);
+  queued = w.count;
+  pthread_mutex_unlock(&w.lock);
+  return queued;
 }
 
 void worker_get_stats(struct worker_stats *out)

@@ -82,6 +82,15 @@ void worker_flush_end(void);
  */
 void worker_wake(void);
 
+/*
+ * Worker thread only (a consumer's tick, which runs without the worker's mutex): waits at
+ * most timeout_ms while a thread is inside the completion callback (cupti/buffers.h
+ * buffers_completing), then returns how many buffers are queued for the worker's next batch.
+ * 0: every buffer CUPTI had started to hand over has been decoded and passed to the
+ * consumers. Not 0: the worker takes them right after this tick and ticks again.
+ */
+unsigned worker_settle(unsigned timeout_ms);
+
 /* Processes what is queued, stops and joins the thread (waits at most timeout_ms; returns
  * -ETIMEDOUT if the thread did not finish, and then leaves it running detached, refuses
  * further buffers and counts those it left queued as lost_buffers). Idempotent. */

@@ -135,6 +135,14 @@ uint64_t buffer_pool_exhausted(struct buffer_pool *p)
 /* Set once at init before the callbacks are registered; never changes afterwards. */
 static struct buffer_pool *attached_pool;
 
+/*
+ * Completion callbacks running now, on any thread. FlushAll returning does not mean that
+ * CUPTI's own delivery thread is out of buffers_completed (cupti.md 2.5): a capture's end
+ * waits for this to reach 0 before it counts what was handed over (worker_settle). An
+ * atomic and no lock: the callback must never wait on the agent.
+ */
+static _Atomic unsigned completing;
+
 void buffers_attach(struct buffer_pool *p)
 {
   attached_pool = p;
@@ -169,8 +177,16 @@ void CUPTIAPI buffers_completed(CUcontext context, uint32_t stream_id, uint8_t *
   (void)size;
   if (!buffer)
     return;
+  atomic_fetch_add_explicit(&completing, 1, memory_order_acq_rel);
   /* Never FlushAll here, never a lock a FlushAll caller could hold: only hand over. */
   if (worker_submit(buffer, valid_size) != 0 && attached_pool)
     buffer_pool_put(attached_pool,
                     buffer); /* worker gone (exit): records are lost, the buffer is not */
+  /* Release: whoever reads 0 after this also sees the buffer in the worker's queue. */
+  atomic_fetch_sub_explicit(&completing, 1, memory_order_release);
+}
+
+unsigned buffers_completing(void)
+{
+  return atomic_load_explicit(&completing, memory_order_acquire);
 }

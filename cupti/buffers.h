@@ -40,4 +40,8 @@ void CUPTIAPI buffers_requested(uint8_t **buffer, size_t *size, size_t *max_num_
 void CUPTIAPI buffers_completed(CUcontext context, uint32_t stream_id, uint8_t *buffer, size_t size,
                                 size_t valid_size);
 
+/* How many threads are inside buffers_completed now (a snapshot): 0 means every buffer CUPTI
+ * has started to hand over is in the worker's queue or processed. Any thread, lock-free. */
+unsigned buffers_completing(void);
+
 #endif

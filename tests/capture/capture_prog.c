@@ -1,6 +1,7 @@
 /* Workloads for the capture tests: known kernels, copies, sets and threads, with a trigger
  * (none, the capture signal, or the public API through weak symbols) around the middle phase. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -91,6 +92,55 @@ static void launches(int fi, int n, CUstream s)
       CU(cuStreamSynchronize(s));
   }
   CU(cuStreamSynchronize(s));
+}
+
+static atomic_int late_stopped;
+
+/* late: launches k_after bursts on a stream of its own until the capture is stopped. */
+static void *late_ticker(void *arg)
+{
+  CUstream s;
+
+  (void)arg;
+  CU(cuCtxSetCurrent(ctx));
+  CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < 200 && !atomic_load(&late_stopped); i++)
+    launches(4, 300, s);
+  CU(cuStreamDestroy(s));
+  return NULL;
+}
+
+/*
+ * late (FAKEGPU_CUPTI_FAULT=late_delivery, check_capture.py LATE): the simulated CUPTI's worker
+ * holds the first full buffers of n k_many launches and hands them over only after a flush
+ * that missed them, at the next flush. The capture must still hold every k_many. While main
+ * stops it, a thread's k_after bursts fill buffers that CUPTI's worker delivers, so the
+ * agent's worker ticks without a periodic flush (GPUPROF_FLUSH_INTERVAL is long): the end's
+ * flushes are then the only flushes after the buffers were taken. The bursts come from their
+ * own thread: CUPTI's buffers are per thread, and a flush delivers only buffers whose records
+ * have all finished, so main's last k_many records must not share a buffer with them.
+ */
+static void late(int n)
+{
+  void *lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+  int (*late_state)(void) = lib ? (int (*)(void))dlsym(lib, "fakegpu_cupti_late_state") : NULL;
+  pthread_t t;
+  int st = 0;
+
+  if (!gpuprof_capture_start || !gpuprof_capture_stop || !late_state)
+    e2e_fail("late: run with LD_PRELOAD of the agent on the simulated CUPTI");
+  printf("late: start %d\n", gpuprof_capture_start(600000, 0));
+  launches(5, n, NULL);
+  /* CUPTI's worker takes the first full buffers once their kernels have finished. */
+  for (int i = 0; i < 10000 && (st = late_state()) == 0; i++)
+    sleep_ms(1);
+  printf("late: held %d\n", st);
+  if (pthread_create(&t, NULL, late_ticker, NULL) != 0)
+    e2e_fail("pthread_create");
+  printf("late: stop %d\n", gpuprof_capture_stop());
+  atomic_store(&late_stopped, 1);
+  pthread_join(t, NULL);
+  printf("late: %d launches\n", n);
 }
 
 static void on_own_signal(int sig)
@@ -197,6 +247,8 @@ int main(int argc, char **argv)
     raise(SIGUSR2);
     basic();
     printf("own handler: %d calls\n", atomic_load(&own_handler_calls));
+  } else if (!strcmp(mode, "late")) {
+    late(argc > 2 ? atoi(argv[2]) : 2000);
   } else if (!strcmp(mode, "many")) {
     int n = argc > 2 ? atoi(argv[2]) : 20000;
     launches(5, n, NULL);

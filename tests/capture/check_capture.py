@@ -588,6 +588,42 @@ def case_run_cli(a):
                        memory={"cuMemAlloc": [2, MIB + 65536, 0, 0]})
 
 
+# capture_prog late: n k_many launches in the window, of which CUPTI's worker hands the first
+# full buffers over only after the end's first flush returned (FAKEGPU_CUPTI_FAULT=
+# late_delivery: at the next flush). 64 KiB buffers hold about 250 launches, so the held ones
+# are several hundred of the n; k_after bursts around the stop are not counted.
+LATE_LAUNCHES = 2000
+
+
+def case_late_delivery(a):
+    rc, out, err = run(["late", str(LATE_LAUNCHES)], a.prog, {
+        "GPUPROF_TRACE_FORMAT": "json", "GPUPROF_STACKS": "all",
+        "GPUPROF_BUFFER_SIZE": "64K", "GPUPROF_FLUSH_INTERVAL": "60s",
+        "FAKEGPU_CUPTI_FAULT": "late_delivery"}, preload=a.agent)
+    check(rc == 0, f"program exited {rc}")
+    # Held (1) when the stop began: the end's flushes are the first ones after the take.
+    check("late: start 0\n" in out and "late: held 1\n" in out and "late: stop 0\n" in out
+          and f"late: {LATE_LAUNCHES} launches\n" in out, f"late results: {out!r}")
+    path = one_trace(".json")
+    if not path or validate(path) is None:
+        return
+    c = content_json(path)
+    got = c["gpu"][("stream 7", "k_many", 2000)]
+    check(got == LATE_LAUNCHES, f"{path}: {got} k_many kernels, expected {LATE_LAUNCHES} "
+          f"(the late buffers missed the capture)")
+    flows = c["flows"][("main", "cuLaunchKernel", "stream 7", "k_many")]
+    check(flows == LATE_LAUNCHES, f"{path}: {flows} launch flows to k_many, expected "
+          f"{LATE_LAUNCHES}")
+    meta = c["doc"]["metadata"]
+    check(meta.get("dropped_records") == 0, f"{path}: dropped_records "
+          f"{meta.get('dropped_records')}")
+    prof = capture_profiles(path).get("gpu_time")
+    if check(prof is not None, f"{path}: no gpu_time profile"):
+        got = by_leaf(read_capture_profile(prof, "gpu_time")).get("[gpu] k_many")
+        want = [LATE_LAUNCHES, LATE_LAUNCHES * 2000]
+        check(got == want, f"{prof}: k_many {got}, expected {want}")
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 

@@ -832,14 +832,120 @@ static void collect(struct buf **out, int forced, int full_only)
   }
 }
 
+/*
+ * FAKEGPU_CUPTI_FAULT=late_delivery: the worker thread hands the first batch of full buffers
+ * it takes over late, after a concurrent flush returned without it. Legal for the real
+ * library: its FlushAll delivers on the caller's thread while its own thread delivers too
+ * (cupti.md 2.5, the split is not documented), so a returned flush does not mean that the
+ * other thread has handed over what it took. Made deterministic for tests: the batch is set
+ * aside when taken (HELD); the first flush that begins after that misses it (MISSED); the next
+ * flush to begin has the worker deliver it and returns only once the client's completion
+ * callback has returned (a flush that finds the worker delivering waits for it); without such
+ * a flush the worker delivers it LATE_MAX_NS after taking it. The worker goes on delivering
+ * other full buffers meanwhile. fakegpu_cupti_late_state() tells a test where it stands.
+ */
+enum { LATE_OFF, LATE_HELD, LATE_MISSED, LATE_RELEASED, LATE_DONE };
+#define LATE_MAX_NS (10ull * 1000000000ull)
+static pthread_mutex_t g_late_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_late_cv = PTHREAD_COND_INITIALIZER;
+static int g_late_state;
+static struct buf *g_late;
+static uint64_t g_late_since;
+
+/* Test introspection, not a CUPTI API: 0 fault off or nothing taken yet, 1 held, 2 missed by a
+ * flush, 3 being delivered, 4 delivered. */
+CU_API int fakegpu_cupti_late_state(void);
+CU_API int fakegpu_cupti_late_state(void)
+{
+  pthread_mutex_lock(&g_late_lock);
+  int st = g_late_state;
+  pthread_mutex_unlock(&g_late_lock);
+  return st;
+}
+
+/* Worker: sets the first non-empty batch aside. Returns what to deliver now. */
+static struct buf *late_take(struct buf *list)
+{
+  if (!cu_fault.late_delivery || !list)
+    return list;
+  pthread_mutex_lock(&g_late_lock);
+  if (g_late_state == LATE_OFF) {
+    g_late = list;
+    g_late_since = realtime();
+    g_late_state = LATE_HELD;
+    list = NULL;
+  }
+  pthread_mutex_unlock(&g_late_lock);
+  return list;
+}
+
+/* Worker (or, force, the thread that stopped it): delivers the batch once released or due. */
+static void late_deliver_due(int force)
+{
+  struct buf *list = NULL;
+  if (!cu_fault.late_delivery)
+    return;
+  pthread_mutex_lock(&g_late_lock);
+  if (g_late &&
+      (force || g_late_state == LATE_RELEASED || realtime() - g_late_since > LATE_MAX_NS)) {
+    list = g_late;
+    g_late = NULL;
+    g_late_state = LATE_RELEASED;
+  }
+  pthread_mutex_unlock(&g_late_lock);
+  if (!list)
+    return;
+  deliver(list, 0);
+  pthread_mutex_lock(&g_late_lock);
+  g_late_state = LATE_DONE;
+  pthread_cond_broadcast(&g_late_cv);
+  pthread_mutex_unlock(&g_late_lock);
+}
+
+/* A flush begins: releases a batch an earlier flush missed and waits (bounded) for its
+ * delivery. Returns 1 when this flush misses a held batch. */
+static int late_flush_begin(void)
+{
+  if (!cu_fault.late_delivery)
+    return 0;
+  pthread_mutex_lock(&g_late_lock);
+  int held = g_late_state == LATE_HELD;
+  if (g_late_state == LATE_MISSED) {
+    g_late_state = LATE_RELEASED;
+    pthread_mutex_unlock(&g_late_lock);
+    worker_kick();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    pthread_mutex_lock(&g_late_lock);
+    while (g_late_state == LATE_RELEASED &&
+           pthread_cond_timedwait(&g_late_cv, &g_late_lock, &ts) == 0) {
+    }
+  }
+  pthread_mutex_unlock(&g_late_lock);
+  return held;
+}
+
+static void late_flush_end(int missed)
+{
+  if (!missed)
+    return;
+  pthread_mutex_lock(&g_late_lock);
+  if (g_late_state == LATE_HELD)
+    g_late_state = LATE_MISSED;
+  pthread_mutex_unlock(&g_late_lock);
+}
+
 static CUptiResult flush(uint32_t flag)
 {
   struct buf *list = NULL;
   int forced = (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0;
+  int missed = late_flush_begin();
   pthread_mutex_lock(&g_lock);
   collect(&list, forced, 0);
   pthread_mutex_unlock(&g_lock);
   deliver(list, forced);
+  late_flush_end(missed);
   return CUPTI_SUCCESS;
 }
 
@@ -895,7 +1001,8 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&g_lock);
     collect(&list, 0, 1);
     pthread_mutex_unlock(&g_lock);
-    deliver(list, 0);
+    deliver(late_take(list), 0);
+    late_deliver_due(0);
     pthread_mutex_lock(&g_worker_lock);
   }
   pthread_mutex_unlock(&g_worker_lock);
@@ -932,6 +1039,7 @@ static void worker_stop(void)
   pthread_mutex_lock(&g_worker_lock);
   g_worker_running = 0;
   pthread_mutex_unlock(&g_worker_lock);
+  late_deliver_due(1); /* the worker is gone: what it held is delivered here */
 }
 
 CU_API CUptiResult CUPTIAPI cuptiActivityFlushPeriod(uint32_t time)
@@ -1047,6 +1155,7 @@ void cu_activity_reset(void)
  * new worker in the child (worker_kick checks the pid). */
 void cu_activity_atfork_prepare(void)
 {
+  pthread_mutex_lock(&g_late_lock);
   pthread_mutex_lock(&g_worker_lock);
   pthread_mutex_lock(&g_lock);
 }
@@ -1055,11 +1164,17 @@ void cu_activity_atfork_parent(void)
 {
   pthread_mutex_unlock(&g_lock);
   pthread_mutex_unlock(&g_worker_lock);
+  pthread_mutex_unlock(&g_late_lock);
 }
 
 void cu_activity_atfork_child(void)
 {
   g_shared_requesting = 0;
+  /* The parent's worker holds the late batch: the child never delivers it. */
+  g_late = NULL;
+  if (g_late_state != LATE_OFF)
+    g_late_state = LATE_DONE;
+  pthread_mutex_unlock(&g_late_lock);
   pthread_mutex_unlock(&g_lock);
   g_worker_running = 0;
   pthread_mutex_unlock(&g_worker_lock);

@@ -111,6 +111,8 @@ static void read_faults(void)
       cu_fault.hung_flush = 1;
     else if (strcmp(t, "kinds_refused") == 0)
       cu_fault.kinds_refused = 1;
+    else if (strcmp(t, "late_delivery") == 0)
+      cu_fault.late_delivery = 1;
   }
   free(copy);
 }

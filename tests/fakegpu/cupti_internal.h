@@ -24,6 +24,7 @@ struct cu_faults {
   int no_driver;
   int hung_flush;     /* cuptiActivityFlushAll(0) never returns */
   int kinds_refused;  /* cuptiActivityEnable(AndDump) answers CUPTI_ERROR_NOT_SUPPORTED */
+  int late_delivery;  /* the worker hands its first batch over after a flush that missed it */
 };
 extern struct cu_faults cu_fault;
 
