@@ -47,6 +47,9 @@
  * trace.c. Flows: the API call's BEGIN carries flow_ids, the GPU slice's BEGIN the same id in
  * terminating_flow_ids. The per-event packets use the EventPacket/EventBody views of the
  * schema (export/proto/perfetto_trace.proto): same bytes, a few fields for protobuf-c to walk.
+ * The commonest ones (a kernel's or an API call's BEGIN, any END) are assembled from parts
+ * packed once (sequence id, END, a TrackEvent's constant fields) and a tiny message packed per
+ * event (timestamp, ids): see pack_begin_parts. The decoded content is the same either way.
  */
 
 #define SEQ_MAIN 1
@@ -104,11 +107,23 @@ struct seq_state {
   uint64_t *seen[2];
   uint32_t seen_words[2];
   uint8_t started;
+  /* Packed once when the sequence starts (SequencePart, EndPart): the constant bytes of its
+   * hot packets. A sequence id takes at most 5 bytes, so 6 and 10 bytes. */
+  uint8_t seq_len, end_len;
+  uint8_t seq_part[8], end_part[16];
 };
 enum { SEEN_NAME = 0, SEEN_STRING = 1 };
 
 #define NAME_CACHE 1024
 #define LAUNCH_CACHE 256
+#define BODY_SETS 128 /* of BODY_WAYS entries: 24 KiB */
+#define BODY_WAYS 4
+/* A cached TrackEvent part: type 2 + category 2 + name iid 4 + launch annotation 9 bytes at
+ * most (iids are below 2^21: INTERN_MAX). */
+#define BODY_MAX 32
+/* A body cache key: category, name iid and launch iid in one word (0: an empty entry). */
+#define BODY_KEY(cat, niid, liid) ((niid) | (liid) << 24 | (cat) << 48)
+_Static_assert(INTERN_MAX < (1u << 21) && CAT_COUNT < 256, "iids too large for BODY_KEY/MAX");
 
 struct trace_encoder {
   struct intern names;    /* EventName iids */
@@ -127,6 +142,16 @@ struct trace_encoder {
     int32_t cfg[8];
     uint64_t iid;
   } launch_cache[LAUNCH_CACHE];
+  /* The constant part of a slice BEGIN's TrackEvent by (category, name iid, launch iid),
+   * packed by protobuf-c on first use: the bytes do not depend on the sequence. Set
+   * associative: a miss costs a pack of the whole TrackEvent part, so distinct names should
+   * not evict each other (the set index is linear in the name iid). */
+  struct body_set {
+    uint64_t key[BODY_WAYS]; /* BODY_KEY; the keys share a cache line */
+    uint8_t len[BODY_WAYS];
+    uint32_t victim; /* the next way a miss replaces: round robin */
+    uint8_t bytes[BODY_WAYS][BODY_MAX];
+  } body_cache[BODY_SETS];
 };
 
 static uint64_t str_hash(const char *s, size_t n)
@@ -468,9 +493,24 @@ static int pf_begin(struct trace_writer *w)
   return meta_instant(w, w->meta.base_ns, "trace start", 0);
 }
 
+/* Packs the sequence's constant packet parts (see the hot path in pf_slice). */
+static void seq_parts(struct seq_state *q, uint32_t seq)
+{
+  Gpuprof__Perfetto__SequencePart sp = GPUPROF__PERFETTO__SEQUENCE_PART__INIT;
+  Gpuprof__Perfetto__EndPart ep = GPUPROF__PERFETTO__END_PART__INIT;
+  Gpuprof__Perfetto__EndBody eb = GPUPROF__PERFETTO__END_BODY__INIT;
+
+  sp.trusted_packet_sequence_id = seq;
+  q->seq_len = (uint8_t)gpuprof__perfetto__sequence_part__pack(&sp, q->seq_part);
+  ep.trusted_packet_sequence_id = seq;
+  eb.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_END;
+  ep.track_event = &eb;
+  q->end_len = (uint8_t)gpuprof__perfetto__end_part__pack(&ep, q->end_part);
+}
+
 /* The state of t's sequence, started (its first packet written) if it was not. NULL: out of
  * memory, or the start packet did not fit (*rc). */
-static struct seq_state *seq_for(struct trace_writer *w, const struct trace_track *t, int *rc)
+static struct seq_state *seq_start(struct trace_writer *w, const struct trace_track *t, int *rc)
 {
   struct trace_encoder *enc = w->enc;
   struct seq_state *q;
@@ -557,7 +597,19 @@ static struct seq_state *seq_for(struct trace_writer *w, const struct trace_trac
     return NULL;
   q->started = 1;
   q->last_ts = w->meta.base_ns;
+  seq_parts(q, (uint32_t)t->uuid + 1);
   return q;
+}
+
+/* seq_start's check of a started sequence, inline: it is made for every event. */
+static inline struct seq_state *seq_for(struct trace_writer *w, const struct trace_track *t,
+                                        int *rc)
+{
+  struct trace_encoder *enc = w->enc;
+
+  if (t->uuid < enc->nseqs && enc->seqs[t->uuid].started)
+    return &enc->seqs[t->uuid];
+  return seq_start(w, t, rc);
 }
 
 /* Sets a hot packet's timestamp: a delta on the track's clock, or absolute REALTIME when the
@@ -711,6 +763,18 @@ static uint64_t name_iid(struct trace_writer *w, const char *name, size_t len)
   return iid;
 }
 
+/* A hash of a launch configuration: four independent multiplies rather than a byte-serial
+ * chain, which cost more than the rest of the lookup. */
+static inline uint32_t launch_hash(const int32_t cfg[8])
+{
+  uint64_t w[4], h;
+
+  memcpy(w, cfg, sizeof(w));
+  h = w[0] * 0x9e3779b97f4a7c15ull ^ w[1] * 0xc2b2ae3d27d4eb4full ^ w[2] * 0x165667b19e3779f9ull ^
+      w[3] * 0xd6e8feb86659fd93ull;
+  return (uint32_t)((h ^ h >> 29) * 0x9e3779b97f4a7c15ull >> 32);
+}
+
 /* The iid of a kernel's launch string ("grid [..] block [..] registers N shared_mem N"); 0 if
  * it could not be interned, with the string in buf for writing inline. */
 static uint64_t launch_iid(struct trace_writer *w, const struct trace_gpu_slice *g, char *buf,
@@ -725,13 +789,10 @@ static uint64_t launch_iid(struct trace_writer *w, const struct trace_gpu_slice 
                     g->u.kernel.block[2],
                     (int32_t)g->u.kernel.registers_per_thread,
                     (int32_t)(g->u.kernel.static_smem + g->u.kernel.dynamic_smem)};
-  uint32_t h = 2166136261u;
+  uint32_t h = launch_hash(cfg) % LAUNCH_CACHE;
   uint64_t iid;
   int len, is_new;
 
-  for (int i = 0; i < 8; i++)
-    h = (h ^ (uint32_t)cfg[i]) * 16777619u;
-  h %= LAUNCH_CACHE;
   if (enc->launch_cache[h].iid && !memcmp(enc->launch_cache[h].cfg, cfg, sizeof(cfg)))
     return enc->launch_cache[h].iid;
   len =
@@ -759,22 +820,133 @@ static uint64_t slice_cat(const struct trace_track *t, const struct trace_slice 
 }
 
 /*
- * Frames a hot packet that was packed at p + 2 (n bytes) as one Trace.packet field at p;
- * returns the bytes of the field. protobuf-c's pack returns the size it wrote, so a packet is
- * packed first, after room for a one-byte length (hot packets are nearly always below 128
- * bytes), and moved up when its length needs more: sizing it beforehand would walk the
- * message once more.
+ * Frames n bytes that were packed at p + 2 as one length-delimited field (tag: its key byte) at
+ * p; returns the bytes of the field. protobuf-c's pack returns the size it wrote, so a message
+ * is packed first, after room for a one-byte length (hot packets are nearly always below 128
+ * bytes), and moved up when its length needs more: sizing it beforehand would walk the message
+ * once more.
  */
-static size_t frame(uint8_t *p, size_t n)
+static inline size_t frame_field(uint8_t *p, uint8_t tag, size_t n)
 {
   uint8_t len[10];
-  size_t h = put_varint(len, n);
+  size_t h;
 
-  p[0] = 0x0A; /* Trace.packet: field 1, length-delimited */
+  p[0] = tag;
+  if (n < 0x80) {
+    p[1] = (uint8_t)n;
+    return 2 + n;
+  }
+  h = put_varint(len, n);
   if (h > 1)
     memmove(p + 1 + h, p + 2, n);
   memcpy(p + 1, len, h);
   return 1 + h + n;
+}
+
+/* A hot packet packed at p + 2 framed as one Trace.packet field (1, length-delimited). */
+static inline size_t frame(uint8_t *p, size_t n)
+{
+  return frame_field(p, 0x0A, n);
+}
+
+/*
+ * The hot path: a slice's BEGIN and END assembled from parts (perfetto_trace.proto, "Pieces of
+ * the hottest packets"). protobuf-c walks every field of a message's descriptor, nested ones
+ * again, so packing a whole BEGIN (80 ns) and END (27 ns) per slice capped the writer; the parts
+ * that do not change from one slice to the next are packed once, and per event protobuf-c packs
+ * only a timestamp and the ids. Taken when the packet needs no interned data and no absolute
+ * timestamp, and the BEGIN no annotation but the interned launch string; otherwise the whole
+ * packet is packed as an EventPacket, KernelPacket or EndPacket.
+ */
+
+/* Packs the constant TrackEvent part of a BEGIN into way i of the body cache's set. Not
+ * inlined: on the hot path (a hit) the compiler would otherwise initialize the messages before
+ * the check. */
+__attribute__((noinline)) static const uint8_t *
+body_fill(struct body_set *set, uint32_t i, uint64_t cat, uint64_t niid, uint64_t liid, size_t *len)
+{
+  Gpuprof__Perfetto__KernelBody kb = GPUPROF__PERFETTO__KERNEL_BODY__INIT;
+  Gpuprof__Perfetto__LaunchAnnotation la = GPUPROF__PERFETTO__LAUNCH_ANNOTATION__INIT;
+
+  kb.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
+  kb.n_category_iids = 1;
+  kb.category_iids = &cat;
+  kb.has_name_iid = 1;
+  kb.name_iid = niid;
+  if (liid) {
+    la.name_iid = ANN_LAUNCH;
+    la.has_string_value_iid = 1;
+    la.string_value_iid = liid;
+    kb.launch = &la;
+  }
+  if (gpuprof__perfetto__kernel_body__get_packed_size(&kb) > BODY_MAX)
+    return NULL;
+  set->len[i] = (uint8_t)gpuprof__perfetto__kernel_body__pack(&kb, set->bytes[i]);
+  set->key[i] = BODY_KEY(cat, niid, liid);
+  *len = set->len[i];
+  return set->bytes[i];
+}
+
+/* The cached constant part of the TrackEvent of a BEGIN of category cat named by niid, with the
+ * launch annotation liid when nonzero (*len bytes); NULL if it does not fit the cache. */
+static inline const uint8_t *body_part(struct trace_encoder *enc, uint64_t cat, uint64_t niid,
+                                       uint64_t liid, size_t *len)
+{
+  uint64_t key = BODY_KEY(cat, niid, liid);
+  struct body_set *set = &enc->body_cache[((uint32_t)niid + (uint32_t)liid * 0x9e3779b1u +
+                                           (uint32_t)cat * 0x85ebca77u) %
+                                          BODY_SETS];
+
+  for (uint32_t i = 0; i < BODY_WAYS; i++)
+    if (set->key[i] == key) {
+      *len = set->len[i];
+      return set->bytes[i];
+    }
+  return body_fill(set, set->victim++ % BODY_WAYS, cat, niid, liid, len);
+}
+
+/* A BEGIN at p from parts: the sequence's, the timestamp delta, and one TrackEvent field whose
+ * bytes are the cached constant part followed by the slice's ids. Returns the bytes written. */
+static size_t pack_begin_parts(const struct seq_state *q, const uint8_t *body, size_t nbody,
+                               uint64_t delta, const struct trace_slice *s, uint64_t *flow,
+                               uint8_t *p)
+{
+  Gpuprof__Perfetto__TimestampPart tp = GPUPROF__PERFETTO__TIMESTAMP_PART__INIT;
+  Gpuprof__Perfetto__SliceIds ids = GPUPROF__PERFETTO__SLICE_IDS__INIT;
+  size_t o = 2, ev;
+
+  /* Whole arrays: a fixed-size copy is a few moves, the bytes past the part are overwritten. */
+  memcpy(p + o, q->seq_part, sizeof(q->seq_part));
+  o += q->seq_len;
+  tp.timestamp = delta;
+  o += gpuprof__perfetto__timestamp_part__pack(&tp, p + o);
+  if (s->corr_id) {
+    ids.has_correlation_id = 1;
+    ids.correlation_id = s->corr_id;
+  }
+  if (s->flow_out) {
+    ids.n_flow_ids = 1;
+    ids.flow_ids = flow;
+  } else if (s->flow_in) {
+    ids.n_terminating_flow_ids = 1;
+    ids.terminating_flow_ids = flow;
+  }
+  /* TracePacket.track_event: field 11, length-delimited; one field (see the schema). */
+  ev = o;
+  memcpy(p + ev + 2, body, BODY_MAX);
+  o += frame_field(p + ev, 0x5A,
+                   nbody + gpuprof__perfetto__slice_ids__pack(&ids, p + ev + 2 + nbody));
+  return frame(p, o - 2);
+}
+
+/* An END at p from the sequence's part and the timestamp delta; returns the bytes written. */
+static size_t pack_end_parts(const struct seq_state *q, uint64_t delta, uint8_t *p)
+{
+  Gpuprof__Perfetto__TimestampPart tp = GPUPROF__PERFETTO__TIMESTAMP_PART__INIT;
+
+  memcpy(p + 2, q->end_part, sizeof(q->end_part));
+  tp.timestamp = delta;
+  return frame(p, q->end_len + gpuprof__perfetto__timestamp_part__pack(&tp, p + 2 + q->end_len));
 }
 
 /* The generic BEGIN (API calls, syncs, copies, sets, graph kernels) packed at p + 2. */
@@ -862,8 +1034,8 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
   Interned in, *inp = NULL;
   Gpuprof__Perfetto__EventName en, *enp;
   Gpuprof__Perfetto__InternedString is, *isp;
-  Gpuprof__Perfetto__EndPacket ep;
-  Gpuprof__Perfetto__EndBody eb;
+  const uint8_t *body;
+  size_t nbody;
   uint64_t flow = s->flow_out ? s->flow_out : s->flow_in, cat, niid, liid = 0, clock;
   char name[TRACE_NAME_MAX + 1];
   char launch[160];
@@ -920,7 +1092,11 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
   if (!p)
     return w->out.err;
 
-  if (kernel && !g->graph_id) {
+  if (!inp && niid && s->start >= clock && (!g || (kernel && !g->graph_id && liid)) &&
+      (body = body_part(w->enc, cat, niid, liid, &nbody))) {
+    nb = pack_begin_parts(q, body, nbody, s->start - clock, s, &flow, p);
+    clock = s->start;
+  } else if (kernel && !g->graph_id) {
     Gpuprof__Perfetto__KernelPacket kp;
     Gpuprof__Perfetto__KernelBody kb;
     Gpuprof__Perfetto__LaunchAnnotation la;
@@ -959,13 +1135,21 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
     nb = frame(p, pack_begin(&bp, &be, s, liid, launch, p));
   }
 
-  gpuprof__perfetto__end_packet__init(&ep);
-  gpuprof__perfetto__end_body__init(&eb);
-  ep.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
-  SET_TS(ep, clock, s->end);
-  ep.track_event = &eb;
-  eb.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_END;
-  ne = frame(p + nb, gpuprof__perfetto__end_packet__pack(&ep, p + nb + 2));
+  if (s->end >= clock) {
+    ne = pack_end_parts(q, s->end - clock, p + nb);
+    clock = s->end;
+  } else {
+    Gpuprof__Perfetto__EndPacket ep;
+    Gpuprof__Perfetto__EndBody eb;
+
+    gpuprof__perfetto__end_packet__init(&ep);
+    gpuprof__perfetto__end_body__init(&eb);
+    ep.trusted_packet_sequence_id = (uint32_t)t->uuid + 1;
+    SET_TS(ep, clock, s->end);
+    ep.track_event = &eb;
+    eb.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_SLICE_END;
+    ne = frame(p + nb, gpuprof__perfetto__end_packet__pack(&ep, p + nb + 2));
+  }
 
   /* Both halves or neither: an END without its BEGIN, or the reverse, would leave the track
    * unbalanced. The packets stay uncommitted unless both fit. */

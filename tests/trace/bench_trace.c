@@ -12,7 +12,7 @@
 #include "export/trace.h"
 
 /*
- * bench_trace [--events N] [--dir DIR] [--format json|json.gz|pftrace]
+ * bench_trace [--events N] [--dir DIR] [--format json|json.gz|pftrace] [--keep]
  *
  * For each format, writes N kernels (realistic mangled names from a set of 64, launch
  * configurations from a set of 16, 4 streams on 2 GPUs) and N launch API calls with flows,
@@ -24,7 +24,9 @@
  *              agent's worker can sustain when the compressor keeps up
  *   B/kernel   file bytes divided by the number of kernels, for a kernels-only run (GPU-only
  *              capture: no API slices, no flows) and for the full run (per kernel + its launch)
- * Numbers go to docs/PERFORMANCE.md; nothing here is asserted.
+ * Numbers go to docs/PERFORMANCE.md; nothing here is asserted. --keep leaves the files in DIR
+ * (bench_trace_kernels.F, bench_trace_launch.F), to compare the content of two builds: it is
+ * deterministic but for the clock snapshot taken at open.
  */
 
 static double cpu_seconds(void)
@@ -131,6 +133,7 @@ int main(int argc, char **argv)
 {
   long n = 1000000;
   const char *dir = "/tmp", *only = NULL;
+  int keep = 0;
   static const struct {
     enum trace_format fmt;
     const char *name;
@@ -145,8 +148,10 @@ int main(int argc, char **argv)
       dir = argv[++i];
     else if (!strcmp(argv[i], "--format") && i + 1 < argc)
       only = argv[++i];
+    else if (!strcmp(argv[i], "--keep"))
+      keep = 1;
     else {
-      fprintf(stderr, "usage: bench_trace [--events N] [--dir DIR] [--format F]\n");
+      fprintf(stderr, "usage: bench_trace [--events N] [--dir DIR] [--format F] [--keep]\n");
       return 2;
     }
   }
@@ -159,13 +164,18 @@ int main(int argc, char **argv)
     for (int with_api = 0; with_api < 2; with_api++) {
       char path[4096];
       struct result r;
-      snprintf(path, sizeof(path), "%s/bench_trace_%d.%s", dir, (int)getpid(), fmts[f].name);
+      if (keep)
+        snprintf(path, sizeof(path), "%s/bench_trace_%s.%s", dir, with_api ? "launch" : "kernels",
+                 fmts[f].name);
+      else
+        snprintf(path, sizeof(path), "%s/bench_trace_%d.%s", dir, (int)getpid(), fmts[f].name);
       if (run(fmts[f].fmt, path, n, with_api, &r))
         return 1;
       printf("%-8s %-13s %14.0f %12.0f %12.1f %14" PRIu64 "\n", fmts[f].name,
              with_api ? "kernel+launch" : "kernels", r.events_per_s, r.wall_events_per_s,
              r.bytes_per_kernel, r.bytes);
-      unlink(path);
+      if (!keep)
+        unlink(path);
     }
   }
   return 0;
