@@ -21,6 +21,7 @@
 #include "agent/profiles.h"
 #include "agent/summary.h"
 #include "agent/uploader.h"
+#include "agent/util/bthread.h"
 #include "agent/util/clock.h"
 #include "agent/util/files.h"
 #include "agent/util/guard.h"
@@ -263,23 +264,15 @@ static void *exit_call_main(void *arg)
  */
 static int exit_call(enum exit_call what)
 {
-  struct timespec deadline;
-  sigset_t all, old;
-  pthread_t t;
-  int ret;
+  struct bthread *t;
 
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  ret = pthread_create(&t, NULL, exit_call_main, (void *)(uintptr_t)what);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (ret) {
+  if (bthread_start(&t, "gpuprof-exit", exit_call_main, (void *)(uintptr_t)what)) {
     exit_call_main((void *)(uintptr_t)what);
     return 0;
   }
-  deadline = clock_ns_to_timespec(clock_realtime_ns() + EXIT_CUPTI_TIMEOUT_MS * 1000000ull);
-  if (pthread_timedjoin_np(t, NULL, &deadline) == 0)
+  /* On the monotonic clock: a wall-clock step at exit must not stretch or cut the wait. */
+  if (bthread_join_within(t, EXIT_CUPTI_TIMEOUT_MS * 1000000ull) == 0)
     return 0;
-  pthread_detach(t);
   exit_cupti_stuck = 1;
   log_warn("%s did not return within %d ms; %s",
            what == EXIT_CALL_FINALIZE ? "cuptiFinalize" : "the final cuptiActivityFlushAll",

@@ -26,7 +26,9 @@
 #include "agent/profiles.h"
 #include "agent/stack.h"
 #include "agent/thread.h"
+#include "agent/util/bthread.h"
 #include "agent/util/clock.h"
+#include "agent/util/demangle.h"
 #include "agent/util/export.h"
 #include "agent/util/guard.h"
 #include "agent/util/files.h"
@@ -301,6 +303,10 @@ static struct {
   uint64_t capture_gpu; /* GPU work records in this capture's window */
   /* Every GPU work record seen, and the rate period (continuous mode). */
   uint64_t seen_gpu, rate_seen_at, rate_since;
+  /* Kernel slice names, demangled (kernel_name). Kept across captures and freed only by
+   * capture_shutdown once the worker is stopped: writers key their name tables by these
+   * pointers, and a gpu_wait slice may hold one until the file is closed. */
+  struct demangle_cache *names;
 } wk;
 
 _Static_assert(CAPTURE_MAX_FILES >= 1 + PROFILES_KIND_COUNT, "a capture lists all its files");
@@ -806,6 +812,20 @@ static int is_device_memory(uint8_t kind)
   return kind == 3 || kind == 4 || kind == 5;
 }
 
+/*
+ * The name a kernel's slice shows: demangled (the Perfetto UI shows slice names as they are,
+ * and Nsight Systems and Kineto show demangled names), once per distinct name, here on the
+ * worker. Without the cache, or past its bound, CUPTI's name: valid until cuptiFinalize,
+ * which runs after the last capture is closed.
+ */
+#define KERNEL_NAMES_MAX 65536u
+static const char *kernel_name(const char *mangled)
+{
+  if (!wk.names && !(wk.names = demangle_cache_new(KERNEL_NAMES_MAX)))
+    return mangled;
+  return demangle_cache_get(wk.names, mangled);
+}
+
 static void write_gpu(const struct event *ev, const struct corr_info *api)
 {
   struct trace_gpu_slice s;
@@ -826,7 +846,7 @@ static void write_gpu(const struct event *ev, const struct corr_info *api)
   switch (ev->kind) {
   case EVENT_KERNEL:
     s.kind = TRACE_GPU_KERNEL;
-    s.name = ev->u.kernel.name;
+    s.name = kernel_name(ev->u.kernel.name);
     memcpy(s.u.kernel.grid, ev->u.kernel.grid, sizeof(s.u.kernel.grid));
     memcpy(s.u.kernel.block, ev->u.kernel.block, sizeof(s.u.kernel.block));
     s.u.kernel.registers_per_thread = ev->u.kernel.registers_per_thread;
@@ -1310,11 +1330,8 @@ static void on_tick(void *arg, uint64_t now_ns)
 /* ---- signal trigger ---- */
 
 static int sig_pipe[2] = {-1, -1};
-static pthread_t sig_thread;
+static struct bthread *sig_thread;
 static int sig_thread_started;
-/* signal_main returned (under cap.lock, cap.done): capture_shutdown waits for it on the
- * monotonic clock and then joins, as pthread_timedjoin_np knows only CLOCK_REALTIME. */
-static int sig_thread_done;
 
 static void on_capture_signal(int sig)
 {
@@ -1356,17 +1373,12 @@ static void *signal_main(void *arg)
     if (capture_start(&p, err, sizeof(err)) && err[0])
       log_warn("GPUPROF_CAPTURE_SIGNAL: cannot start a capture: %s", err);
   }
-  pthread_mutex_lock(&cap.lock);
-  sig_thread_done = 1;
-  pthread_cond_broadcast(&cap.done);
-  pthread_mutex_unlock(&cap.lock);
   return NULL;
 }
 
 static void signal_trigger_start(int sig)
 {
   struct sigaction old, sa;
-  sigset_t all, prev;
 
   if (sigaction(sig, NULL, &old) != 0)
     return;
@@ -1383,18 +1395,13 @@ static void signal_trigger_start(int sig)
     return;
   }
   fcntl(sig_pipe[1], F_SETFL, O_NONBLOCK);
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &prev);
-  if (pthread_create(&sig_thread, NULL, signal_main, NULL) != 0) {
-    pthread_sigmask(SIG_SETMASK, &prev, NULL);
+  if (bthread_start(&sig_thread, "gpuprof-signal", signal_main, NULL) != 0) {
     log_warn("GPUPROF_CAPTURE_SIGNAL: cannot start a thread; no signal trigger");
     close(sig_pipe[0]);
     close(sig_pipe[1]);
     sig_pipe[0] = sig_pipe[1] = -1;
     return;
   }
-  pthread_sigmask(SIG_SETMASK, &prev, NULL);
-  pthread_setname_np(sig_thread, "gpuprof-signal");
   sig_thread_started = 1;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_capture_signal;
@@ -1434,7 +1441,7 @@ int capture_init(const struct config *cfg, struct alloc_map *allocs)
   int ret;
 
   /* Before any capture or signal thread exists, so nothing waits on cap.done yet: its
-   * timed waits (capture_stop_within, capture_shutdown) use CLOCK_MONOTONIC deadlines. */
+   * timed wait (capture_stop_within) uses a CLOCK_MONOTONIC deadline. */
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
   pthread_cond_init(&cap.done, &attr);
@@ -1490,7 +1497,6 @@ void capture_refuse(void)
 void capture_shutdown(int worker_stopped)
 {
   struct trace_writer *w;
-  struct timespec deadline;
   char c = 'q';
 
   pthread_mutex_lock(&cap.lock);
@@ -1508,31 +1514,26 @@ void capture_shutdown(int worker_stopped)
   pthread_mutex_unlock(&cap.lock);
 
   if (sig_thread_started) {
-    int done = 0;
+    /* Told to quit, it gets 2 s (on the monotonic clock); one that cannot be told is left. */
+    uint64_t wait_ns = write(sig_pipe[1], &c, 1) == 1 ? 2000000000ull : 0;
 
     sig_thread_started = 0;
-    if (write(sig_pipe[1], &c, 1) == 1) {
-      deadline = clock_ns_to_timespec(clock_monotonic_ns() + 2000000000ull);
-      pthread_mutex_lock(&cap.lock);
-      while (!sig_thread_done &&
-             pthread_cond_timedwait(&cap.done, &cap.lock, &deadline) != ETIMEDOUT) {
-      }
-      done = sig_thread_done;
-      pthread_mutex_unlock(&cap.lock);
-    }
-    if (done)
-      pthread_join(sig_thread, NULL); /* it only returns from signal_main now */
-    else
-      pthread_detach(sig_thread);
+    bthread_join_within(sig_thread, wait_ns);
+    sig_thread = NULL;
   }
   /* A worker that could not be joined may still be writing: leave its file as it is (it
    * stays loadable, like a killed capture's). */
   w = atomic_load_explicit(&cap.live, memory_order_acquire);
-  if (!w || !worker_stopped)
+  if (!worker_stopped)
     return;
-  if (w != wk.w)
-    adopt(w);
-  finish();
+  if (w) {
+    if (w != wk.w)
+      adopt(w);
+    finish();
+  }
+  /* No worker and no open file: nothing holds a kernel name now. */
+  demangle_cache_free(wk.names);
+  wk.names = NULL;
 }
 
 /* ---- public API (include/gpuprof/gpuprof.h) ---- */

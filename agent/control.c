@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -19,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "agent/util/bthread.h"
 #include "agent/util/clock.h"
 #include "agent/util/guard.h"
 #include "agent/util/files.h"
@@ -53,7 +53,7 @@ struct client {
 struct control_server {
   int listen_fd;
   int stop_rd, stop_wr; /* a pipe: one byte written on stop wakes the thread's poll */
-  pthread_t thread;
+  struct bthread *thread;
   int started;
   struct control_ops ops;
   unsigned client_timeout_ms;
@@ -622,7 +622,6 @@ struct control_server *control_server_start(const char *run_dir, const struct co
 {
   struct control_server *s = calloc(1, sizeof(*s));
   int pipefd[2] = {-1, -1};
-  sigset_t all, old;
   int ret;
 
   if (!s) {
@@ -649,18 +648,13 @@ struct control_server *control_server_start(const char *run_dir, const struct co
   if (ret)
     goto out;
 
-  /* The thread inherits this mask: no application signal is ever delivered to it. */
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  ret = -pthread_create(&s->thread, NULL, server_main, s);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  ret = bthread_start(&s->thread, "gpuprof-ctl", server_main, s);
   if (ret) {
     snprintf(err, err_len, "cannot start the control thread: %s; the control socket is disabled",
              strerror(-ret));
     unlink(s->path);
     goto out;
   }
-  pthread_setname_np(s->thread, "gpuprof-ctl");
   s->started = 1;
 out:
   if (ret) {
@@ -683,7 +677,6 @@ const char *control_server_path(const struct control_server *s)
 
 void control_server_stop(struct control_server *s)
 {
-  struct timespec deadline;
   struct stat sb;
   int joined = 1;
 
@@ -692,10 +685,9 @@ void control_server_stop(struct control_server *s)
   if (s->started) {
     if (write(s->stop_wr, "x", 1) < 0)
       log_debug("cannot wake the control thread: %s", strerror(errno));
-    deadline = clock_ns_to_timespec(clock_realtime_ns() + STOP_JOIN_TIMEOUT_MS * 1000000ull);
-    if (pthread_timedjoin_np(s->thread, NULL, &deadline)) {
+    /* On the monotonic clock: a wall-clock step at exit must not stretch or cut the wait. */
+    if (bthread_join_within(s->thread, STOP_JOIN_TIMEOUT_MS * 1000000ull)) {
       log_warn("the control thread did not finish within %d ms; leaving it", STOP_JOIN_TIMEOUT_MS);
-      pthread_detach(s->thread);
       joined = 0;
     }
   }

@@ -19,6 +19,7 @@
 #include "agent/oom.h"
 #include "agent/stack_report.h"
 #include "agent/uploader.h"
+#include "agent/util/demangle.h"
 #include "agent/util/fdwriter.h"
 #include "agent/util/files.h"
 #include "export/format.h"
@@ -43,10 +44,17 @@ static void write_bucket(struct json_writer *w, const char *key, uint64_t count,
   json_writer_end_object(w);
 }
 
+/* "name" stays CUPTI's mangled name, the key scripts match on; "demangled" is added only
+ * when the name demangles (each entry is a distinct name: nothing to cache). */
 static void write_kernel(struct json_writer *w, const struct agg_kernel *k)
 {
+  char *demangled = demangle_alloc(k->name);
+
   json_writer_begin_object(w);
   json_writer_kv_string(w, "name", k->name);
+  if (demangled)
+    json_writer_kv_string(w, "demangled", demangled);
+  free(demangled);
   json_writer_kv_uint(w, "count", k->count);
   json_writer_kv_uint(w, "gpu_time_ns", k->gpu_time_ns);
   json_writer_key(w, "apis");
@@ -457,9 +465,13 @@ void summary_print(const struct summary_input *in, const char *written_to)
                    (unsigned long long)t->kernels, a,
                    n_kernels > TOP_KERNELS ? " (top 10 by GPU time)" : "");
   for (size_t i = 0; i < n_kernels && i < TOP_KERNELS; i++) {
+    char *demangled = demangle_alloc(kernels[i]->name);
+
     fmt_ns(kernels[i]->gpu_time_ns, a, sizeof(a));
     fd_writer_printf(&fw, "gpuprof:     %10s %8llux  %.180s\n", a,
-                     (unsigned long long)kernels[i]->count, kernels[i]->name);
+                     (unsigned long long)kernels[i]->count,
+                     demangled ? demangled : kernels[i]->name);
+    free(demangled);
   }
   for (unsigned i = 1; i <= EVENT_COPY_KIND_COUNT; i++) {
     unsigned kind = i % EVENT_COPY_KIND_COUNT;

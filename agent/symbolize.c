@@ -16,11 +16,8 @@
 
 #include "agent/pystack.h"
 #include "agent/stack.h"
-#include "agent/util/hash.h"
+#include "agent/util/demangle.h"
 #include "agent/util/log.h"
-
-/* From the C++ runtime (libstdc++), linked into the agent: every CUDA process has it. */
-extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 struct sym {
   uint64_t addr, size; /* link-time address */
@@ -36,72 +33,24 @@ struct module {
   size_t n_syms;
 };
 
-struct dm_entry {
-  char *name, *demangled;
-};
-
 struct symbolizer {
   struct module *mods;
   size_t n_mods, cap_mods;
-  struct sym_module *views; /* the public copy for symbolizer_modules */
-  struct dm_entry *dm;      /* demangling cache, open addressing */
-  size_t dm_cap, dm_used;
+  struct sym_module *views;      /* the public copy for symbolizer_modules */
+  struct demangle_cache *dm;     /* kernel names (symbolizer_demangle) */
   unsigned long long adds, subs; /* the loader's dlopen/dlclose counters at the last read */
   uint64_t gen;                  /* readings of the map so far */
 };
 
 /* ---- demangling ---- */
 
-static char *demangle_alloc(const char *name)
-{
-  int status = -1;
-  char *out;
-
-  /* "_Z..." is C++ (and CUDA C++ kernels); nothing else is mangled in a way we can undo. */
-  if (strncmp(name, "_Z", 2) != 0)
-    return NULL;
-  out = __cxa_demangle(name, NULL, NULL, &status);
-  if (status != 0) {
-    free(out);
-    return NULL;
-  }
-  return out;
-}
-
 const char *symbolizer_demangle(struct symbolizer *s, const char *name)
 {
-  size_t i;
-
-  if (!name)
-    return NULL;
-  if (strncmp(name, "_Z", 2) != 0)
-    return name;
-  if ((s->dm_used + 1) * 2 > s->dm_cap) {
-    size_t cap = s->dm_cap ? s->dm_cap * 2 : 64;
-    struct dm_entry *t = calloc(cap, sizeof(*t));
-    if (!t)
-      return name;
-    for (size_t j = 0; j < s->dm_cap; j++) {
-      if (!s->dm[j].name)
-        continue;
-      i = hash_str(s->dm[j].name) & (cap - 1);
-      while (t[i].name)
-        i = (i + 1) & (cap - 1);
-      t[i] = s->dm[j];
-    }
-    free(s->dm);
-    s->dm = t;
-    s->dm_cap = cap;
-  }
-  for (i = hash_str(name) & (s->dm_cap - 1); s->dm[i].name; i = (i + 1) & (s->dm_cap - 1))
-    if (!strcmp(s->dm[i].name, name))
-      return s->dm[i].demangled ? s->dm[i].demangled : s->dm[i].name;
-  s->dm[i].name = strdup(name);
-  if (!s->dm[i].name)
-    return name;
-  s->dm[i].demangled = demangle_alloc(name);
-  s->dm_used++;
-  return s->dm[i].demangled ? s->dm[i].demangled : s->dm[i].name;
+  /* Created on first use: most symbolizers resolve frames only. Without one (out of memory)
+   * demangle_cache_get returns the name as given. */
+  if (!s->dm)
+    s->dm = demangle_cache_new(0);
+  return demangle_cache_get(s->dm, name);
 }
 
 /* ---- the module map ---- */
@@ -475,11 +424,7 @@ void symbolizer_free(struct symbolizer *s)
     free(s->mods[i].m.path);
     free(s->mods[i].m.name);
   }
-  for (size_t i = 0; i < s->dm_cap; i++) {
-    free(s->dm[i].name);
-    free(s->dm[i].demangled);
-  }
-  free(s->dm);
+  demangle_cache_free(s->dm);
   free(s->mods);
   free(s->views);
   free(s);

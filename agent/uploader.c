@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent/config.h"
+#include "agent/util/bthread.h"
 #include "agent/util/clock.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
@@ -42,7 +42,7 @@ struct entry {
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t wake; /* an entry was queued, or stop */
-  pthread_t thread;
+  struct bthread *thread;
   int started; /* the thread exists and was not joined or abandoned */
   int stop;
   _Atomic int accepting;
@@ -530,7 +530,6 @@ static int check_url(const char *url, char *why, size_t len)
 
 int uploader_start(const struct config *cfg)
 {
-  sigset_t all, old;
   int ret;
 
   if (!cfg->pyroscope_url[0])
@@ -571,16 +570,11 @@ int uploader_start(const struct config *cfg)
   }
   atomic_store(&u.accepting, 1);
   atomic_store(&u.enabled, 1);
-  /* The thread inherits this mask: no application signal is ever delivered to it. */
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  ret = -pthread_create(&u.thread, NULL, uploader_main, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  ret = bthread_start(&u.thread, "gpuprof-upload", uploader_main, NULL);
   if (ret) {
     atomic_store(&u.accepting, 0);
     goto out;
   }
-  pthread_setname_np(u.thread, "gpuprof-upload");
   u.started = 1;
   log_debug("uploading profiles to %s (%s API)", u.url_log,
             cfg->pyroscope_api == 1 ? "/ingest" : "/push");
@@ -641,8 +635,8 @@ int uploader_submit(const char *kind, const uint8_t *pprof_gz, size_t len, uint6
 
 int uploader_stop(uint64_t timeout_ns)
 {
-  struct timespec join_by;
-  int ret, left;
+  struct bthread *t;
+  int left;
 
   pthread_mutex_lock(&u.lock);
   if (!u.started) {
@@ -654,18 +648,19 @@ int uploader_stop(uint64_t timeout_ns)
   atomic_store(&u.accepting, 0);
   /* Never 0: 0 means "no deadline" to the thread. */
   atomic_store(&u.deadline, clock_monotonic_ns() + timeout_ns + 1);
+  t = u.thread;
+  u.thread = NULL;
   pthread_cond_signal(&u.wake);
   pthread_mutex_unlock(&u.lock);
 
-  join_by = clock_ns_to_timespec(clock_realtime_ns() + timeout_ns + JOIN_GRACE_NS);
-  ret = pthread_timedjoin_np(u.thread, NULL, &join_by);
-  if (ret) {
+  /* On the monotonic clock, like the thread's own deadline: a wall-clock step at exit must
+   * neither hang the exit nor abandon an upload that is on time. */
+  if (bthread_join_within(t, timeout_ns + JOIN_GRACE_NS)) {
     /* Better profiles lost than an application that cannot exit. The thread keeps its
      * memory (nothing is freed here) and dies with the process. */
     log_warn("the Pyroscope upload thread did not finish %llu ms after the exit deadline; "
              "leaving it behind",
              (unsigned long long)(JOIN_GRACE_NS / 1000000ull));
-    pthread_detach(u.thread);
     return -ETIMEDOUT;
   }
   left = u.left_at_exit != 0;

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 
 #include "agent/aggregate.h"
 #include "agent/corr.h"
+#include "agent/util/bthread.h"
 #include "agent/util/clock.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
@@ -27,10 +27,9 @@ struct item {
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t wake;    /* work queued, kick, or stop */
-  pthread_cond_t settled; /* a flush returned, or the thread finished */
-  pthread_t thread;
+  pthread_cond_t settled; /* a flush returned */
+  struct bthread *thread;
   int started;   /* thread exists and has not been joined */
-  int finished;  /* worker_main is about to return: a join does not wait */
   int accepting; /* worker_submit may queue */
   int stop;
   int kick; /* worker_wake: tick the consumers now */
@@ -173,19 +172,12 @@ static void *worker_main(void *arg)
   /* Records dropped while every buffer was in this thread's hands, after the last buffer it
    * processed: no buffer completes after them, so only this read counts them. */
   count_dropped();
-  /* worker_stop waits for this on the monotonic clock, then joins (pthread_timedjoin_np only
-   * knows CLOCK_REALTIME, which a clock step can stretch or cut short). */
-  pthread_mutex_lock(&w.lock);
-  w.finished = 1;
-  pthread_cond_broadcast(&w.settled);
-  pthread_mutex_unlock(&w.lock);
   return NULL;
 }
 
 int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush_interval_ns)
 {
   pthread_condattr_t attr;
-  sigset_t all, old;
   int ret;
 
   w.cap = buffer_pool_count(pool) + 1;
@@ -207,7 +199,6 @@ int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush
   w.stop = 0;
   w.kick = 0;
   w.flushing = 0;
-  w.finished = 0;
   w.head = w.count = 0;
 
   pthread_condattr_init(&attr);
@@ -216,16 +207,11 @@ int worker_start(struct buffer_pool *pool, struct aggregate *agg, uint64_t flush
   pthread_cond_init(&w.settled, &attr);
   pthread_condattr_destroy(&attr);
 
-  /* The thread inherits this mask: no application signal is ever delivered to it. */
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  ret = -pthread_create(&w.thread, NULL, worker_main, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  ret = bthread_start(&w.thread, "gpuprof-worker", worker_main, NULL);
   if (ret) {
     w.accepting = 0;
     goto out;
   }
-  pthread_setname_np(w.thread, "gpuprof-worker");
   w.started = 1;
 out:
   if (ret) {
@@ -318,9 +304,8 @@ int worker_pause_flushing(unsigned timeout_ms)
 
 int worker_stop(unsigned timeout_ms)
 {
-  struct timespec deadline;
+  struct bthread *t;
   unsigned left;
-  int ret = 0;
 
   pthread_mutex_lock(&w.lock);
   if (!w.started) {
@@ -329,19 +314,15 @@ int worker_stop(unsigned timeout_ms)
   }
   w.started = 0;
   w.stop = 1;
+  t = w.thread;
+  w.thread = NULL;
   pthread_cond_signal(&w.wake);
-  /* w.settled waits on CLOCK_MONOTONIC (worker_start): a wall-clock step at exit neither
-   * hangs the exit nor cuts the worker's last batch short. */
-  deadline = clock_ns_to_timespec(clock_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull);
-  while (!w.finished && ret == 0)
-    ret = pthread_cond_timedwait(&w.settled, &w.lock, &deadline);
-  ret = w.finished ? 0 : ETIMEDOUT;
   pthread_mutex_unlock(&w.lock);
 
-  if (ret == 0) {
-    pthread_join(w.thread, NULL); /* it only returns from worker_main now */
+  /* On the monotonic clock: a wall-clock step at exit neither hangs the exit nor cuts the
+   * worker's last batch short. */
+  if (bthread_join_within(t, (uint64_t)timeout_ms * 1000000ull) == 0)
     return 0;
-  }
   /* Better an incomplete summary than a process that cannot exit. What is still queued
    * will never be read: counted as lost and given back now; a worker that wakes later
    * finds the queue empty and refuses further buffers (worker_submit counts those). */
@@ -359,7 +340,6 @@ int worker_stop(unsigned timeout_ms)
   log_warn("the worker thread did not finish within %u ms; writing the summary without it "
            "(%u completed buffers unread)",
            timeout_ms, left);
-  pthread_detach(w.thread);
   return -ETIMEDOUT;
 }
 

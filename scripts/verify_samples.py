@@ -30,8 +30,9 @@ exactly one line); any other line starting with "gpuprof" on stderr fails the ru
 
 Check kinds (fields of a check in expectations.json; numbers may be "{launches}" or
 "{launches+1}"):
-  summary:  kernel {name, count?, streams?, api?, devices?}; kernel_match {name_re, count? |
-            at_least?, devices?}; kernels_total {count? | at_least?}; distinct_streams {names};
+  summary:  kernel {name (mangled), demangled?, count?, streams?, api?, devices?};
+            kernel_match {name_re, count? | at_least?, devices?}; kernels_total {count? |
+            at_least?}; distinct_streams {names};
             stream_kernels {name_count, kernels_each}; memcpy {direction, count, bytes |
             absent}; memset {count, bytes}; memory {device, allocs?, frees?, bytes_allocated?,
             bytes_freed?, in_use?, peak_in_use?, by_kind?, allocs_at_least?,
@@ -43,7 +44,8 @@ Check kinds (fields of a check in expectations.json; numbers may be "{launches}"
             windows for samples whose leaf frame matches; pprof_stack {profile, sample_type[],
             leaf_re, frames_re[], without_re?, value}: the same, for samples whose stack also
             has a frame matching each of frames_re and none matching without_re
-  trace:    trace_kernel {name, count}; trace_kernel_match {name_re, count | at_least};
+  trace:    trace_kernel {name, count}; trace_kernel_match {name_re, count | at_least} (trace
+            kernel names are demangled: "mul_kernel(float*, float, int)", not "_Z10mul_...");
             trace_memcpy {direction, count, bytes}; trace_memset {count, bytes};
             trace_graph {names, graphs, nodes}; trace_api_threads {name_re, threads};
             trace_gpu_tracks {min_streams}; trace_memory_counter {max_at_least}
@@ -275,6 +277,8 @@ def check_summary(c, s, o, ctx):
             o.add("FAIL", f"kernel {c['name']}: not in the summary (kernels: "
                   f"{sorted(kernels_by_name(s))[:8]})")
             return
+        if "demangled" in c:
+            o.eq(f"kernel {c['name']} demangled", k.get("demangled"), c["demangled"])
         if "count" in c:
             o.eq(f"kernel {c['name']} count", k["count"], g("count"))
         if "streams" in c:

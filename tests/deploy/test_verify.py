@@ -75,7 +75,9 @@ def synthetic():
 
     summary = {"kernels": {"count": 3, "by_name": [
         {"name": "k", "count": 3, "apis": {"__cudaLaunchKernel": 3}, "devices": [0],
-         "streams": [[0, 1, 13]]}]},
+         "streams": [[0, 1, 13]]},
+        {"name": "_Z4stepv", "demangled": "step()", "count": 0, "apis": {}, "devices": [0],
+         "streams": []}]},
         "memcpy": {"HtoD": {"count": 1, "bytes": 8}},
         "memory": [{"device": 0, "allocs": 2, "in_use": 5}],
         "stacks": {"by_memory_in_use": [{"bytes": 5, "allocations": 1,
@@ -97,6 +99,10 @@ def synthetic():
         # Without a count (graph's informational stream check): only the streams are judged.
         ({"kind": "kernel", "name": "k", "streams": 1}, ["PASS"]),
         ({"kind": "kernel", "name": "k", "streams": 2}, ["FAIL"]),
+        # "name" stays mangled; "demangled" is only in entries whose name demangles.
+        ({"kind": "kernel", "name": "_Z4stepv", "demangled": "step()"}, ["PASS"]),
+        ({"kind": "kernel", "name": "_Z4stepv", "demangled": "step(int)"}, ["FAIL"]),
+        ({"kind": "kernel", "name": "k", "demangled": "k()"}, ["FAIL"]),
     ]
     for c, want in cases:
         o = vs.Outcome()

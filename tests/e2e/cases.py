@@ -98,9 +98,33 @@ def no_agent_lines(f, run):
     f.eq("gpuprof lines on stderr (none expected at the default log level)", run.agent_lines, [])
 
 
+# The summary's "demangled" of each mangled kernel name the programs use, from binutils'
+# c++filt (run once; written out so that the check does not demangle with the agent's code).
+DEMANGLED = {
+    "_ZN3ops4gemmIfEEvPT_i": "void ops::gemm<float>(float*, int)",
+    "_Z6addOnePfi": "addOne(float*, int)",
+    "_Z6workerPfi": "worker(float*, int)",
+    "_Z8consumerPf": "consumer(float*)",
+    "_Z9transformPf": "transform(float*)",
+    "_Z8producerPf": "producer(float*)",
+    "_Z5smallPf": "small(float*)",
+    "_Z5stormv": "storm()",
+    "_Z6wrap_av": "wrap_a()",
+    "_Z6wrap_bv": "wrap_b()",
+    "_Z9afterForkv": "afterFork()",
+    "_Z10beforeForkv": "beforeFork()",
+    "_Z4stepv": "step()",
+}
+
+
 def kernel(name, count, ns_each, apis, streams, devices=(0,)):
-    return {"name": name, "count": count, "gpu_time_ns": count * ns_each, "apis": apis,
-            "devices": list(devices), "streams": streams}
+    """A kernels.by_name entry: "demangled" only for a mangled name (DEMANGLED must know it)."""
+    k = {"name": name}
+    if name.startswith("_Z"):
+        k["demangled"] = DEMANGLED[name]
+    k.update({"count": count, "gpu_time_ns": count * ns_each, "apis": apis,
+              "devices": list(devices), "streams": streams})
+    return k
 
 
 # The simulator's copy and set timing (tests/fakegpu/driver_exec.c): a fixed latency plus
@@ -402,8 +426,9 @@ def _(f, run, env):
     f.eq("joins (every decoded kernel joined, none to an unknown call)", s.get("joins"),
          {"runtime": 0, "driver": count, "unknown": 0})
     f.match("kernels.by_name", k.get("by_name"),
-            [{"name": "_Z5stormv", "count": count, "gpu_time_ns": k.get("gpu_time_ns"),
-              "apis": {"cuLaunchKernel": count}, "devices": [0], "streams": [[0, V("ctx"), V("s")]]}])
+            [{"name": "_Z5stormv", "demangled": DEMANGLED["_Z5stormv"], "count": count,
+              "gpu_time_ns": k.get("gpu_time_ns"), "apis": {"cuLaunchKernel": count},
+              "devices": [0], "streams": [[0, V("ctx"), V("s")]]}])
     # Kernels still running at the exit flush arrive without timestamps and add no time.
     zero = losses.get("zero_timestamps", 0)
     f.eq("kernels.gpu_time_ns", k.get("gpu_time_ns"), (count - zero) * KERNEL_NS_32_THREADS)

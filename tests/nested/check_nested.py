@@ -16,6 +16,9 @@ import check_capture as cc  # noqa: E402
 MIB = 1024 * 1024
 SCALE, REDUCE, STEP = "_Z5scalePf", "_Z6reducePf", "_Z4stepPf"
 NS = {SCALE: 5000, REDUCE: 20000, STEP: 3000}
+# Demangled (binutils' c++filt, written out), as the summary's "demangled", its stacks, the
+# profiles and the trace's kernel slices name them.
+DEMANGLED = {SCALE: "scale(float*)", REDUCE: "reduce(float*)", STEP: "step(float*)"}
 
 
 def t_copy(n, bw=12):
@@ -44,20 +47,19 @@ API_SLICES = collections.Counter({
     ("main", "cudaDeviceSynchronize"): 1,
 })
 FLOWS = collections.Counter({
-    ("main", "__cudaLaunchKernel", "stream 13", SCALE): 3,
-    ("main", "cudaLaunchKernel", "stream 13", REDUCE): 2,
+    ("main", "__cudaLaunchKernel", "stream 13", DEMANGLED[SCALE]): 3,
+    ("main", "cudaLaunchKernel", "stream 13", DEMANGLED[REDUCE]): 2,
     ("main", "cudaMemcpy", "stream 7", "Memcpy HtoD"): 1,
     ("main", "cudaMemcpy", "stream 7", "Memcpy DtoH"): 1,
 })
 GPU = collections.Counter({
-    ("stream 13", SCALE, 5000): 3, ("stream 13", REDUCE, 20000): 2, ("stream 13", STEP, 3000): 2,
+    ("stream 13", DEMANGLED[SCALE], 5000): 3, ("stream 13", DEMANGLED[REDUCE], 20000): 2,
+    ("stream 13", DEMANGLED[STEP], 3000): 2,
     ("stream 7", "Memcpy HtoD", t_copy(65536)): 1, ("stream 7", "Memcpy DtoH", t_copy(65536)): 1,
     ("stream 7", "Memset", t_set(4096)): 1, ("stream 13", "Memset", t_set(8192)): 1,
 })
-# The leaf function of the user's code under each kernel / copy / allocation.
-# (Demangled, as the summary's stacks and the profiles name them; step's stack is that of its
-# launch while capturing or that of cudaGraphLaunch: both in run_graph.)
-DEMANGLED = {SCALE: "scale(float*)", REDUCE: "reduce(float*)", STEP: "step(float*)"}
+# The leaf function of the user's code under each kernel / copy / allocation (step's stack is
+# that of its launch while capturing or that of cudaGraphLaunch: both in run_graph).
 KERNEL_SITE = {"scale(float*)": "run_kernels", "reduce(float*)": "run_kernels",
                "step(float*)": "run_graph"}
 
@@ -74,8 +76,9 @@ def check_summary(dump):
         print(json.dumps({k: s.get(k) for k in ("kernels", "memcpy", "memset", "memory", "api",
                                                  "joins", "stacks", "losses")}, indent=1))
     k = s.get("kernels", {})
-    got = {e["name"]: (e["count"], e["gpu_time_ns"], e["apis"]) for e in k.get("by_name", [])}
-    want = {n: (c, c * NS[n], apis) for n, (c, apis) in KERNELS.items()}
+    got = {e["name"]: (e.get("demangled"), e["count"], e["gpu_time_ns"], e["apis"])
+           for e in k.get("by_name", [])}
+    want = {n: (DEMANGLED[n], c, c * NS[n], apis) for n, (c, apis) in KERNELS.items()}
     cc.check(got == want, f"kernels {got}, expected {want}")
     cc.check(s.get("memcpy") == MEMCPY, f"memcpy {s.get('memcpy')}, expected {MEMCPY}")
     cc.check(s.get("memset") == MEMSET, f"memset {s.get('memset')}, expected {MEMSET}")

@@ -98,7 +98,7 @@ static void test_active_layout(void)
       "\"cupti_version\":130001,\"cupti_path\":\"/usr/local/cuda/lib64/libcupti.so.13\","
       "\"window\":{\"start_ns\":1000,\"end_ns\":3000},\"api\":{\"runtime\":12,\"driver\":30},"
       "\"kernels\":{\"count\":1,\"gpu_time_ns\":2000,\"by_name\":[{\"name\":\"_Z6addOnePfi\","
-      "\"count\":1,"
+      "\"demangled\":\"addOne(float*, int)\",\"count\":1,"
       "\"gpu_time_ns\":2000,\"apis\":{\"cudaLaunchKernel\":1},\"devices\":[0],\"streams\":[[0,1,13]"
       "]}]},"
       "\"streams\":[{\"device\":0,\"context\":1,\"stream\":13,\"kernels\":1,\"memcpys\":1,"
