@@ -213,12 +213,13 @@ enum phase {
 /*
  * The default format follows from the expected size (formats.md 3.6: the UI parses JSON in
  * 4 GB of WebAssembly memory; a few hundred MB of JSON is the practical ceiling, 900 MB
- * crashed it). Bytes per kernel of uncompressed JSON, from bench_trace (docs/PERFORMANCE.md):
- * a kernel alone, and a kernel with its launch slice and flow. A .json.gz is parsed at its
- * uncompressed size, so it counts the same.
+ * crashed it). Bytes per kernel of uncompressed JSON as the agent writes them, with demangled
+ * PyTorch- and CUTLASS-like names of 140 characters on average (tests/demangle/bench_names.c,
+ * docs/TRACES.md "Kernel names"): a kernel alone, and a kernel with its launch slice and flow.
+ * A .json.gz is parsed at its uncompressed size, so it counts the same.
  */
 #define AUTO_JSON_LIMIT (256ull << 20)
-#define AUTO_JSON_BYTES_GPU_ONLY 235u
+#define AUTO_JSON_BYTES_GPU_ONLY 314u
 #define AUTO_JSON_BYTES_WITH_API 562u
 #define RATE_PERIOD_NS (10ull * 1000000000ull) /* continuous mode: the rate of the last 10 s */
 
