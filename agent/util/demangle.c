@@ -116,11 +116,10 @@ const char *demangle_cache_get(struct demangle_cache *c, const char *name)
   for (i = hash_str(name) & (c->cap - 1); c->tab[i].name; i = (i + 1) & (c->cap - 1))
     if (!strcmp(c->tab[i].name, name))
       goto found;
-  if (c->max && c->used >= c->max) {
-    /* Full: the name is its own result, whatever the pointer holds later. */
-    p->ptr = p->name = p->result = name;
+  /* Full: the name is its own result. Not remembered by pointer: the memory may later hold a
+   * name the table has, which must then come back demangled like everywhere else. */
+  if (c->max && c->used >= c->max)
     return name;
-  }
   c->tab[i].name = strdup(name);
   if (!c->tab[i].name)
     return name;

@@ -104,6 +104,10 @@ static void test_bound(void)
   CHECK(demangle_cache_get(c, third) == third);
   CHECK_EQ(demangle_cache_count(c), 2);
   CHECK_STR(demangle_cache_get(c, "_Z4stepv"), "step()");
+  /* The pointer that was refused now holds a name the cache has (a module's strings freed and
+   * the memory reused): its demangled form, not the mangled one (one kernel, one name). */
+  snprintf(third, sizeof(third), "_Z4stepv");
+  CHECK_STR(demangle_cache_get(c, third), "step()");
   demangle_cache_free(c);
 }
 
