@@ -13,11 +13,9 @@
 #define MAX_SAMPLE_TYPES 8
 #define ARENA_CHUNK (64u << 10)
 /* Encoding: raw protobuf bytes are staged in STAGE_SIZE pieces for deflate (small enough to
- * stay in cache), messages are packed BATCH (labels LABEL_BATCH) at a time. */
+ * stay in cache), messages other than samples are packed BATCH at a time. */
 #define STAGE_SIZE (128u << 10)
 #define BATCH 256
-#define LABEL_BATCH 1024
-#define IDS_BATCH 16384
 #define OUT_MIN (64u << 10)
 
 struct function {
@@ -36,9 +34,14 @@ struct mapping {
   int has_functions;
 };
 
+/* A sample whose location ids after the first (the leaf) are those of the last sample stored
+ * whole (the run's first) stores only its leaf (shares_rest): the agent adds one sample per
+ * kernel of the same stack one after the other, so most samples are stored as one id and
+ * encoded from the run's packed ids (encode_samples). */
 struct sample {
   size_t loc_off, label_off;
-  uint32_t n_locs, n_labels;
+  uint32_t n_locs : 31, shares_rest : 1; /* n_locs: the sample's, whether stored or not */
+  uint32_t n_labels;
 };
 
 struct label {
@@ -71,17 +74,22 @@ struct encoder {
   int z_ready, z_level;
   uint8_t *stage, *out;
   size_t stage_len, stage_cap, out_len, out_cap;
-  /* A batch of samples; labels[i] is the packed Label of the builder's label i, label_bufs
-   * the batch's samples' labels. */
-  Perftools__Profiles__SampleView samples[BATCH], *sample_ptrs[BATCH];
+  /* labels[i] is the packed Label of the builder's label i, label_bufs a sample's labels. */
   ProtobufCBinaryData *labels, *label_bufs;
   uint8_t *label_bytes;
   size_t labels_cap, label_bufs_cap, label_bytes_cap;
   /* Location ids as written: order[k] is the builder's location written with id k + 1, and
-   * id_of[i] the id written for the builder's location i + 1; ids holds a batch's samples'
-   * location ids, renumbered. */
+   * id_of[i] the id written for the builder's location i + 1; ids holds a sample's location
+   * ids, renumbered. */
   uint32_t *order, *id_of, *ids;
   size_t order_cap, ids_cap;
+  /* The packed ids of a run of samples after its leaf (rest_len bytes at rest + rest_off),
+   * packed once for the run, and leaf[i] the packed id of the builder's location i (leaf[i][0]
+   * bytes from leaf[i] + 1; 0: not packed yet), packed on first use (encode_samples). */
+  uint8_t *rest;
+  size_t rest_off, rest_len, rest_cap;
+  uint8_t (*leaf)[8];
+  size_t leaf_cap;
   Perftools__Profiles__Location locations[BATCH], *location_ptrs[BATCH];
   Perftools__Profiles__Line lines[BATCH], *line_ptrs[BATCH];
   Perftools__Profiles__Function functions[BATCH], *function_ptrs[BATCH];
@@ -102,6 +110,8 @@ struct pprof_builder {
 
   VEC(struct sample) samples;
   VEC(uint32_t) sample_locs; /* location indexes (id - 1): half the memory of the ids */
+  size_t run_off;            /* in sample_locs: the last sample stored whole, run_n ids */
+  uint32_t run_n;
   VEC(int64_t) sample_values;
   VEC(struct label) labels; /* distinct labels: a window has few (the `gpu` values) */
   struct index label_index;
@@ -248,8 +258,6 @@ struct pprof_builder *pprof_builder_new(void)
   if (!b)
     return NULL;
   for (size_t i = 0; i < BATCH; i++) {
-    perftools__profiles__sample_view__init(&b->enc.samples[i]);
-    b->enc.sample_ptrs[i] = &b->enc.samples[i];
     b->enc.location_ptrs[i] = &b->enc.locations[i];
     b->enc.function_ptrs[i] = &b->enc.functions[i];
     b->enc.mapping_ptrs[i] = &b->enc.mappings[i];
@@ -289,6 +297,8 @@ void pprof_builder_free(struct pprof_builder *b)
   free(b->enc.order);
   free(b->enc.id_of);
   free(b->enc.ids);
+  free(b->enc.rest);
+  free(b->enc.leaf);
   free(b);
 }
 
@@ -305,6 +315,7 @@ void pprof_builder_reset(struct pprof_builder *b)
   b->mappings.n = 0;
   b->samples.n = 0;
   b->sample_locs.n = 0;
+  b->run_n = 0;
   b->sample_values.n = 0;
   b->labels.n = 0;
   index_clear(&b->label_index);
@@ -569,7 +580,7 @@ uint64_t pprof_builder_label(struct pprof_builder *b, const struct pprof_label *
 static int sample_reserve(struct pprof_builder *b, const uint64_t *location_ids, size_t n_locs,
                           size_t n_values, size_t n_labels)
 {
-  if (n_values != b->n_types)
+  if (n_values != b->n_types || n_locs >= 1u << 31)
     return -EINVAL;
   for (size_t i = 0; i < n_locs; i++)
     if (!location_ids[i] || location_ids[i] > b->locations.n)
@@ -591,14 +602,30 @@ static int sample_reserve(struct pprof_builder *b, const uint64_t *location_ids,
 static int sample_commit(struct pprof_builder *b, const uint64_t *location_ids, size_t n_locs,
                          const int64_t *values, size_t n_values, size_t n_labels)
 {
-  struct sample s = {b->sample_locs.n, b->sample_labels.n, (uint32_t)n_locs, (uint32_t)n_labels};
+  struct sample s = {b->sample_locs.n, b->sample_labels.n, (uint32_t)n_locs, 0, (uint32_t)n_labels};
+  size_t i = 1;
 
+  /* Compared here, where the run's ids are still in cache: the encoder then reads one id of
+   * such a sample instead of every frame's. */
+  if (n_locs > 1 && n_locs == b->run_n) {
+    const uint32_t *run = b->sample_locs.v + b->run_off;
+
+    while (i < n_locs && run[i] == location_ids[i] - 1)
+      i++;
+    s.shares_rest = i == n_locs;
+  }
   if (VEC_PUSH(b, b->samples, s))
     return -ENOMEM;
   b->sample_labels.n += n_labels;
-  for (size_t i = 0; i < n_locs; i++) {
+  for (i = 0; i < n_locs; i++)
     b->locations.v[location_ids[i] - 1].uses++;
-    b->sample_locs.v[b->sample_locs.n++] = (uint32_t)(location_ids[i] - 1);
+  if (s.shares_rest) {
+    b->sample_locs.v[b->sample_locs.n++] = (uint32_t)(location_ids[0] - 1);
+  } else {
+    b->run_off = b->sample_locs.n;
+    b->run_n = (uint32_t)n_locs;
+    for (i = 0; i < n_locs; i++)
+      b->sample_locs.v[b->sample_locs.n++] = (uint32_t)(location_ids[i] - 1);
   }
   memcpy(b->sample_values.v + b->sample_values.n, values, n_values * sizeof(int64_t));
   b->sample_values.n += n_values;
@@ -650,13 +677,13 @@ size_t pprof_builder_location_count(const struct pprof_builder *b)
  * The profile is never materialized as one protobuf-c tree nor as one serialized buffer. A
  * serialized protobuf message is the concatenation of its fields, and concatenated messages
  * parse as their merge, so the Profile is written as a sequence of small Profile messages
- * packed by protobuf-c: first the scalars, sample types and mappings, then batches of
- * samples, locations, functions and strings. Samples, the per-sample path, are packed through
- * lean views of Profile and Sample (SampleBatch, SampleView: same field numbers, same bytes,
- * fewer fields for protobuf-c to walk). Each batch is packed into a fixed staging buffer
- * that stays in cache and is handed to deflate when full. Nothing here allocates in steady
- * state: the batch structs, the staging buffer, the zlib stream and the output buffer live in
- * the builder and are reused window after window.
+ * packed by protobuf-c: first the scalars, sample types and mappings, then the samples, then
+ * batches of locations, functions and strings. Samples, the per-sample path, are packed one by
+ * one through a lean view of Sample (SampleView: same field numbers, same bytes, fewer fields
+ * for protobuf-c to walk) and framed as Profile.sample fields (encode_samples). Everything is
+ * packed into a fixed staging buffer that stays in cache and is handed to deflate when full.
+ * Nothing here allocates in steady state: the batch structs, the staging buffer, the zlib
+ * stream and the output buffer live in the builder and are reused window after window.
  */
 
 /* Upper bounds of a message's packed size (tag + length prefix + fields; 10 bytes a varint),
@@ -889,60 +916,146 @@ static int pack_labels(struct pprof_builder *b)
   return 0;
 }
 
-/* Samples, BATCH at a time (fewer when their ids or labels fill the scratch arrays). */
+/*
+ * Frames n bytes packed at p + 2 as one length-delimited field (key byte tag) at p; returns the
+ * bytes of the field. A sample is packed first, after room for a one-byte length (samples are
+ * nearly always below 128 bytes), and moved up when its length needs more: sizing it beforehand
+ * would walk the message once more (as protobuf-c does for every sub-message it packs).
+ */
+static inline size_t frame_field(uint8_t *p, uint8_t tag, size_t n)
+{
+  uint8_t len[10];
+  size_t h = 0, v = n;
+
+  p[0] = tag;
+  if (n < 0x80) {
+    p[1] = (uint8_t)n;
+    return 2 + n;
+  }
+  while (v >= 0x80) {
+    len[h++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  len[h++] = (uint8_t)v;
+  memmove(p + 1 + h, p + 2, n);
+  memcpy(p + 1, len, h);
+  return 1 + h + n;
+}
+
+/* Packs the location_id field of locs[0..n) (renumbered) into e->rest: the ids' varints are
+ * the field's contents, after its key and length. */
+static int pack_rest(struct encoder *e, const uint32_t *locs, size_t n)
+{
+  Perftools__Profiles__SampleView m = PERFTOOLS__PROFILES__SAMPLE_VIEW__INIT;
+  size_t len, i = 1;
+
+  if (scratch_reserve((void **)&e->rest, &e->rest_cap, FRAME_BOUND + 5 * n, 1))
+    return -ENOMEM;
+  for (size_t j = 0; j < n; j++)
+    e->ids[j] = e->id_of[locs[j]];
+  m.n_location_id = n;
+  m.location_id = e->ids;
+  len = perftools__profiles__sample_view__pack(&m, e->rest);
+  /* Past the key (one byte) and the length (a varint). */
+  while (i < len && e->rest[i] & 0x80)
+    i++;
+  e->rest_off = i + 1;
+  e->rest_len = len - e->rest_off;
+  return 0;
+}
+
+/* leaf[loc]: the packed id of location loc, the contents of a location_id field holding it
+ * alone (after a key and a one-byte length: a uint32 varint is at most 5 bytes). Not inlined:
+ * the hot path is a hit. */
+__attribute__((noinline)) static void pack_leaf(struct encoder *e, uint32_t loc)
+{
+  Perftools__Profiles__SampleView m = PERFTOOLS__PROFILES__SAMPLE_VIEW__INIT;
+  uint32_t id = e->id_of[loc];
+  uint8_t field[16] = {0};
+
+  m.n_location_id = 1;
+  m.location_id = &id;
+  e->leaf[loc][0] = (uint8_t)(perftools__profiles__sample_view__pack(&m, field) - 2);
+  memcpy(e->leaf[loc] + 1, field + 2, sizeof(*e->leaf) - 1);
+}
+
+/*
+ * Samples, each framed as one Profile.sample field around bytes protobuf-c packed. The agent
+ * adds the samples of one stack one after the other (one per kernel and device): they differ
+ * in the leaf (the kernel's frame) and share every other location id, and the builder marks
+ * such a run (shares_rest). A sample of a run is assembled: its location_id field framed
+ * around the leaf's packed id (packed once per location) and the run's other packed ids
+ * (packed once for the run), then its values and labels packed per sample. Per sample,
+ * protobuf-c walks the values and labels instead of every frame's id twice (sizing the packed
+ * field, then writing it). The bytes are those of the sample packed whole: the same fields in
+ * the same order, one location_id field (readers would also concatenate a packed field
+ * written in two pieces, but deflate compressed that layout 3 - 20% worse: after the leaf came
+ * the second piece's constant key and length, and the leaf with them repeated from
+ * other stacks: docs/PERFORMANCE.md). A sample in no run is packed whole.
+ */
 static int encode_samples(struct pprof_builder *b)
 {
   struct encoder *e = &b->enc;
-  Perftools__Profiles__SampleBatch p = PERFTOOLS__PROFILES__SAMPLE_BATCH__INIT;
-  size_t i = 0, n_labels, n_ids, bound;
-  int ret = pack_labels(b);
+  Perftools__Profiles__SampleView m = PERFTOOLS__PROFILES__SAMPLE_VIEW__INIT;
+  const uint32_t *run = NULL, *id_of = e->id_of;
+  size_t run_n = 0;
+  int rest_ok = 0, ret = pack_labels(b);
 
-  if (!ret && (scratch_reserve((void **)&e->ids, &e->ids_cap, IDS_BATCH, sizeof(*e->ids)) ||
-               scratch_reserve((void **)&e->label_bufs, &e->label_bufs_cap, LABEL_BATCH,
-                               sizeof(*e->label_bufs))))
+  if (!ret && scratch_reserve((void **)&e->leaf, &e->leaf_cap, b->locations.n, sizeof(*e->leaf)))
     ret = -ENOMEM;
-  p.sample = e->sample_ptrs;
-  while (!ret && i < b->samples.n) {
-    p.n_sample = n_labels = n_ids = bound = 0;
-    for (; i < b->samples.n && p.n_sample < BATCH; i++, p.n_sample++) {
-      const struct sample *s = &b->samples.v[i];
-      Perftools__Profiles__SampleView *m = &e->samples[p.n_sample];
-      const uint32_t *locs = b->sample_locs.v + s->loc_off;
-      const uint32_t *labels = b->sample_labels.v + s->label_off;
-      const uint32_t *id_of = e->id_of;
-      size_t n = s->n_locs, n_l = s->n_labels;
-      uint32_t *ids;
-      ProtobufCBinaryData *lb;
+  if (!ret && b->locations.n)
+    memset(e->leaf, 0, b->locations.n * sizeof(*e->leaf));
+  m.n_value = b->n_types;
+  for (size_t i = 0; !ret && i < b->samples.n; i++) {
+    const struct sample *s = &b->samples.v[i];
+    const uint32_t *locs = b->sample_locs.v + s->loc_off;
+    const uint32_t *labels = b->sample_labels.v + s->label_off;
+    size_t n = s->n_locs, n_l = s->n_labels, len = 0;
+    /* In a run: this sample shares the rest of the one before, or the next shares its. */
+    int split = s->shares_rest || (i + 1 < b->samples.n && s[1].shares_rest);
+    uint8_t *p;
 
-      if (n_labels + n_l > e->label_bufs_cap || n_ids + n > e->ids_cap) {
-        /* Grown only while the batch is empty: the batch's samples point into these. */
-        if (p.n_sample)
-          break;
-        if (scratch_reserve((void **)&e->ids, &e->ids_cap, n, sizeof(*e->ids)) ||
-            scratch_reserve((void **)&e->label_bufs, &e->label_bufs_cap, n_l,
-                            sizeof(*e->label_bufs)))
-          return -ENOMEM;
-      }
-      ids = e->ids + n_ids;
-      for (size_t j = 0; j < n; j++)
-        ids[j] = id_of[locs[j]];
-      lb = e->label_bufs + n_labels;
-      for (size_t j = 0; j < n_l; j++)
-        lb[j] = e->labels[labels[j]];
-      /* Every field is set: the batch structs were initialized once (descriptors). */
-      m->n_location_id = n;
-      m->location_id = ids;
-      m->n_value = b->n_types;
-      m->value = b->sample_values.v + i * b->n_types;
-      m->n_label = n_l;
-      m->label = lb;
-      n_ids += n;
-      n_labels += n_l;
-      bound += SAMPLE_BOUND(n, b->n_types, n_l);
+    if (vec_reserve((void **)&e->ids, &e->ids_cap, n, sizeof(*e->ids)) ||
+        vec_reserve((void **)&e->label_bufs, &e->label_bufs_cap, n_l, sizeof(*e->label_bufs)))
+      return -ENOMEM;
+    if (!s->shares_rest) {
+      run = locs;
+      run_n = n;
+      rest_ok = 0;
     }
-    ret = stage_reserve(b, bound);
-    if (!ret)
-      e->stage_len += perftools__profiles__sample_batch__pack(&p, e->stage + e->stage_len);
+    if (split && !rest_ok) {
+      /* run: the ids of the run's first sample, the one stored whole. */
+      if ((ret = pack_rest(e, run + 1, run_n - 1)))
+        break;
+      rest_ok = 1;
+    }
+    if ((ret = stage_reserve(b, SAMPLE_BOUND(n, b->n_types, n_l))))
+      break;
+    p = e->stage + e->stage_len;
+    if (split) {
+      const uint8_t *leaf = e->leaf[locs[0]];
+
+      if (!leaf[0])
+        pack_leaf(e, locs[0]);
+      /* Sample.location_id (field 1, length-delimited) at p + 2, its contents at p + 4. The
+       * whole leaf slot: a fixed-size copy, the bytes past the id are overwritten. */
+      memcpy(p + 4, leaf + 1, sizeof(*e->leaf) - 1);
+      memcpy(p + 4 + leaf[0], e->rest + e->rest_off, e->rest_len);
+      len = frame_field(p + 2, 0x0A, leaf[0] + e->rest_len);
+      n = 0;
+    }
+    for (size_t j = 0; j < n; j++)
+      e->ids[j] = id_of[locs[j]];
+    for (size_t j = 0; j < n_l; j++)
+      e->label_bufs[j] = e->labels[labels[j]];
+    m.n_location_id = n;
+    m.location_id = e->ids;
+    m.value = b->sample_values.v + i * b->n_types;
+    m.n_label = n_l;
+    m.label = e->label_bufs;
+    len += perftools__profiles__sample_view__pack(&m, p + 2 + len);
+    /* Profile.sample: field 2, length-delimited. */
+    e->stage_len += frame_field(p, 0x12, len);
   }
   return ret;
 }

@@ -16,7 +16,8 @@
  * remembers the error and pprof_builder_encode returns -ENOMEM.
  *
  * Samples are encoded in the order they were added: add those of one stack one after the
- * other (deflate finds the repeated stack only within its 32 KiB window).
+ * other (deflate finds the repeated stack only within its 32 KiB window). Consecutive samples
+ * whose locations differ only in the first (the leaf) are stored and packed as one run.
  *
  * pprof_builder_reset keeps the memory for the next profile: a builder reused window after
  * window stops allocating once it has seen its largest profile (encoding streams through a

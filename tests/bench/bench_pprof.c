@@ -326,7 +326,8 @@ int main(int argc, char **argv)
   int depth = argc > 3 ? atoi(argv[3]) : 24;
   int window_s = argc > 4 ? atoi(argv[4]) : 15;
   /* BENCH_PPROF_ONLY=encode|agent|windows runs one part; BENCH_PPROF_KEEP=DIR writes the
-   * agent's profiles there and keeps them (for go tool pprof). */
+   * agent's profiles there and keeps them (for go tool pprof); BENCH_PPROF_LEVEL0=1 also
+   * encodes at zlib level 0 (stored: what packing costs, with the CRC). */
   const char *only = getenv("BENCH_PPROF_ONLY"), *keep = getenv("BENCH_PPROF_KEEP");
   char tmp[] = "/tmp/bench_pprof.XXXXXX";
   const char *dir = keep ? keep : tmp;
@@ -338,6 +339,8 @@ int main(int argc, char **argv)
   if (depth < 1 || depth > 64)
     depth = 24;
   for (int shared = 1; shared >= 0 && (!only || !strcmp(only, "encode")); shared--) {
+    if (getenv("BENCH_PPROF_LEVEL0"))
+      bench_encode(10000, 10, depth, shared, rounds, 0, NULL);
     bench_encode(10000, 10, depth, shared, rounds, 1, shared ? getenv("BENCH_PPROF_DUMP") : NULL);
     bench_encode(10000, 10, depth, shared, rounds, 6, NULL);
   }

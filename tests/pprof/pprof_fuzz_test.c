@@ -12,7 +12,7 @@
 
 #define MAX_FN 400
 #define MAX_LOC 2000
-#define MAX_DEPTH 40
+#define MAX_DEPTH 80 /* past 64 two-byte ids: a location_id field of 128 bytes or more */
 #define MAX_LABELS 4
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -128,9 +128,25 @@ static void one_round(struct pprof_builder *b, unsigned round, unsigned n_types)
   n_samples = below(sizeof(samples) / sizeof(samples[0]));
   for (unsigned i = 0; i < n_samples; i++) {
     struct sample *s = &samples[i];
-    s->n_locs = below(MAX_DEPTH);
-    for (size_t d = 0; d < s->n_locs; d++)
-      s->locs[d] = loc_ids[below(n_loc)];
+    unsigned shape = i ? below(6) : 0;
+
+    /* Half the samples repeat the stack before but the leaf, as the agent's kernels of one
+     * stack do (the encoder writes such runs in pieces); some of those change one more frame
+     * or the depth, or keep the leaf too. */
+    if (shape >= 3) {
+      *s = samples[i - 1];
+      s->locs[0] = loc_ids[below(n_loc)];
+      if (shape == 4 && s->n_locs > 1)
+        s->locs[1 + below((unsigned)s->n_locs - 1)] = loc_ids[below(n_loc)];
+      else if (shape == 5 && s->n_locs > 0 && s->n_locs < MAX_DEPTH && below(2))
+        s->locs[s->n_locs++] = loc_ids[below(n_loc)];
+      else if (shape == 5 && below(2))
+        s->locs[0] = samples[i - 1].locs[0];
+    } else {
+      s->n_locs = below(MAX_DEPTH);
+      for (size_t d = 0; d < s->n_locs; d++)
+        s->locs[d] = loc_ids[below(n_loc)];
+    }
     for (unsigned t = 0; t < n_types; t++)
       s->values[t] = below(4) ? (int64_t)(rnd() >> below(64)) - 1000 : INT64_MIN;
     s->n_labels = below(MAX_LABELS + 1);

@@ -1,4 +1,4 @@
-/* The pprof builder's label ids and lean sample encoding: same profile, same bytes as Sample. */
+/* The pprof builder's label ids and sample encoding: same profile, same bytes as Sample. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,9 +144,31 @@ int main(void)
           s->label[2]->num == 0 && s->label[2]->num_unit == 0);
     CHECK(s->value[0] == 1 + (int64_t)(i % KERNELS) &&
           s->value[1] == 1000 * (int64_t)(i / KERNELS) + (int64_t)(i % KERNELS));
+    /* Location ids, leaf first, as added: each stack's KERNELS samples are a run (export/pprof.c
+     * writes the ids after the leaf once per run). */
+    for (size_t d = 0; d < s->n_location_id && d < 4; d++) {
+      const Perftools__Profiles__Location *l = NULL;
+      char want[64];
+
+      for (size_t k = 0; k < p->n_location && !l; k++)
+        if (p->location[k]->id == s->location_id[d])
+          l = p->location[k];
+      CHECK(l && l->n_line == 1 && l->line[0]->function_id >= 1 &&
+            l->line[0]->function_id <= p->n_function);
+      if (!l || l->n_line != 1 || !l->line[0]->function_id ||
+          l->line[0]->function_id > p->n_function)
+        break;
+      if (d == 0)
+        snprintf(want, sizeof(want), "[gpu] k%u", (unsigned)(i % KERNELS));
+      else
+        snprintf(want, sizeof(want), "f%u_%u", (unsigned)d,
+                 d == 3 ? 0 : (unsigned)(i / KERNELS) % ((unsigned)d * 40));
+      CHECK(!strcmp(p->string_table[p->function[l->line[0]->function_id - 1]->name], want));
+    }
   }
-  /* The samples as written (lean views: uint32 ids, labels packed once as bytes) are the bytes
-   * protobuf-c writes for the same samples as the schema's Profile.sample. */
+  /* The samples as written (lean views: uint32 ids, labels packed once as bytes, a run's ids
+   * after the leaf packed once) are the bytes protobuf-c writes for the same samples as the
+   * schema's Profile.sample. */
   written = malloc(raw_len);
   n_written = written ? sample_fields(raw, raw_len, written) : 0;
   only.n_sample = p->n_sample;
