@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "export/pbframe.h"
 #include "export/trace_internal.h"
 #include "export/utf8.h"
 #include "proto/perfetto_trace.pb-c.h"
@@ -267,17 +268,6 @@ static int seq_mark(struct seq_state *q, int which, uint64_t iid)
   return 0;
 }
 
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
-
 /* Appends pkt (n bytes packed) as one `packet` field of Trace, if it fits under the size cap. */
 static int emit_sized(struct trace_writer *w, const Packet *pkt, size_t n, unsigned nevents)
 {
@@ -296,7 +286,7 @@ static int emit_sized(struct trace_writer *w, const Packet *pkt, size_t n, unsig
   if (!p)
     return w->out.err;
   p[0] = 0x0A; /* Trace.packet: field 1, length-delimited */
-  h = 1 + put_varint(p + 1, n);
+  h = 1 + pb_put_varint(p + 1, n);
   gpuprof__perfetto__trace_packet__pack(pkt, p + h);
   trace_out_commit(&w->out, h + n);
   w->stats.events += nevents;
@@ -318,7 +308,7 @@ static int emit_raw(struct trace_writer *w, const Packet *pkt)
   if (!p)
     return w->out.err;
   p[0] = 0x0A;
-  h = 1 + put_varint(p + 1, n);
+  h = 1 + pb_put_varint(p + 1, n);
   gpuprof__perfetto__trace_packet__pack(pkt, p + h);
   trace_out_commit(&w->out, h + n);
   return 0;
@@ -819,34 +809,10 @@ static uint64_t slice_cat(const struct trace_track *t, const struct trace_slice 
   return t->kind == TRACK_GPU_SYNC ? CAT_SYNC : CAT_API;
 }
 
-/*
- * Frames n bytes that were packed at p + 2 as one length-delimited field (tag: its key byte) at
- * p; returns the bytes of the field. protobuf-c's pack returns the size it wrote, so a message
- * is packed first, after room for a one-byte length (hot packets are nearly always below 128
- * bytes), and moved up when its length needs more: sizing it beforehand would walk the message
- * once more.
- */
-static inline size_t frame_field(uint8_t *p, uint8_t tag, size_t n)
-{
-  uint8_t len[10];
-  size_t h;
-
-  p[0] = tag;
-  if (n < 0x80) {
-    p[1] = (uint8_t)n;
-    return 2 + n;
-  }
-  h = put_varint(len, n);
-  if (h > 1)
-    memmove(p + 1 + h, p + 2, n);
-  memcpy(p + 1, len, h);
-  return 1 + h + n;
-}
-
 /* A hot packet packed at p + 2 framed as one Trace.packet field (1, length-delimited). */
 static inline size_t frame(uint8_t *p, size_t n)
 {
-  return frame_field(p, 0x0A, n);
+  return pb_frame_field(p, 0x0A, n);
 }
 
 /*
@@ -934,8 +900,8 @@ static size_t pack_begin_parts(const struct seq_state *q, const uint8_t *body, s
   /* TracePacket.track_event: field 11, length-delimited; one field (see the schema). */
   ev = o;
   memcpy(p + ev + 2, body, BODY_MAX);
-  o += frame_field(p + ev, 0x5A,
-                   nbody + gpuprof__perfetto__slice_ids__pack(&ids, p + ev + 2 + nbody));
+  o += pb_frame_field(p + ev, 0x5A,
+                      nbody + gpuprof__perfetto__slice_ids__pack(&ids, p + ev + 2 + nbody));
   return frame(p, o - 2);
 }
 

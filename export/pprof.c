@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "export/pbframe.h"
 #include "export/utf8.h"
 #include "proto/profile.pb-c.h"
 
@@ -916,32 +917,6 @@ static int pack_labels(struct pprof_builder *b)
   return 0;
 }
 
-/*
- * Frames n bytes packed at p + 2 as one length-delimited field (key byte tag) at p; returns the
- * bytes of the field. A sample is packed first, after room for a one-byte length (samples are
- * nearly always below 128 bytes), and moved up when its length needs more: sizing it beforehand
- * would walk the message once more (as protobuf-c does for every sub-message it packs).
- */
-static inline size_t frame_field(uint8_t *p, uint8_t tag, size_t n)
-{
-  uint8_t len[10];
-  size_t h = 0, v = n;
-
-  p[0] = tag;
-  if (n < 0x80) {
-    p[1] = (uint8_t)n;
-    return 2 + n;
-  }
-  while (v >= 0x80) {
-    len[h++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  len[h++] = (uint8_t)v;
-  memmove(p + 1 + h, p + 2, n);
-  memcpy(p + 1, len, h);
-  return 1 + h + n;
-}
-
 /* Packs the location_id field of locs[0..n) (renumbered) into e->rest: the ids' varints are
  * the field's contents, after its key and length. */
 static int pack_rest(struct encoder *e, const uint32_t *locs, size_t n)
@@ -1041,7 +1016,7 @@ static int encode_samples(struct pprof_builder *b)
        * whole leaf slot: a fixed-size copy, the bytes past the id are overwritten. */
       memcpy(p + 4, leaf + 1, sizeof(*e->leaf) - 1);
       memcpy(p + 4 + leaf[0], e->rest + e->rest_off, e->rest_len);
-      len = frame_field(p + 2, 0x0A, leaf[0] + e->rest_len);
+      len = pb_frame_field(p + 2, 0x0A, leaf[0] + e->rest_len);
       n = 0;
     }
     for (size_t j = 0; j < n; j++)
@@ -1055,7 +1030,7 @@ static int encode_samples(struct pprof_builder *b)
     m.label = e->label_bufs;
     len += perftools__profiles__sample_view__pack(&m, p + 2 + len);
     /* Profile.sample: field 2, length-delimited. */
-    e->stage_len += frame_field(p, 0x12, len);
+    e->stage_len += pb_frame_field(p, 0x12, len);
   }
   return ret;
 }
