@@ -1297,8 +1297,12 @@ static void on_tick(void *arg, uint64_t now_ns)
   cap.st.bytes = ts.bytes;
   if (cap.phase == PHASE_RUNNING &&
       (cap.stop_requested || now_ns >= cap.deadline_ns || wk.cap_hit || wk.error)) {
-    if (cap.deadline_ns > now_ns)
-      cap.deadline_ns = now_ns;
+    /* Not now_ns, read before this tick's work: a stop (or the exit path) that came meanwhile
+     * has already set the end to its own, later time, and moving it back would leave out
+     * work that ran before the stop. */
+    uint64_t t = clock_realtime_ns();
+    if (cap.deadline_ns > t)
+      cap.deadline_ns = t;
     cap.st.ends_ns = cap.deadline_ns;
     wk.end_ns = cap.deadline_ns;
     atomic_store_explicit(&cap.end_pub, cap.deadline_ns, memory_order_relaxed);
