@@ -1,14 +1,13 @@
 /* Demangling of C++ / CUDA kernel names, with a per-owner cache of the results. */
 #include "agent/util/demangle.h"
 
+#include <libiberty/demangle.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent/util/hash.h"
-
-/* From the C++ runtime (libstdc++), linked into the agent: every CUDA process has it. */
-extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 /* Lookups by the caller's pointer before hashing the name (a direct-mapped front). */
 #define DEMANGLE_PTR_SLOTS 256u
@@ -30,19 +29,80 @@ struct demangle_cache {
   struct dm_ptr ptrs[DEMANGLE_PTR_SLOTS];
 };
 
+/* The output of one demangling: the first DEMANGLE_MAX bytes, and where to go past them. */
+struct dm_out {
+  char buf[DEMANGLE_MAX + 1];
+  size_t len;
+  int cut; /* more than DEMANGLE_MAX bytes were printed */
+  sigjmp_buf stop;
+};
+
+/*
+ * libiberty's printer hands its output over in pieces of up to 255 bytes and cannot be told to
+ * stop (the callback returns nothing, and a name whose template arguments refer back to each
+ * other prints for seconds to years). So past the bound we leave the printer with a longjmp.
+ * That is safe in libiberty's callback path (cp-demangle.c: d_demangle_callback,
+ * cplus_demangle_print_callback): all its state is in stack frames and variable-length arrays
+ * on the stack (components, substitutions, saved scopes, template copies, modifier lists), it
+ * takes no lock, touches no global that it writes and allocates nothing (malloc/realloc are
+ * only in the growable-string wrappers we do not call). Jumping back drops those frames and
+ * nothing else is left.
+ */
+static void dm_append(const char *s, size_t n, void *opaque)
+{
+  struct dm_out *o = opaque;
+  size_t room = DEMANGLE_MAX - o->len;
+
+  if (n > room) {
+    memcpy(o->buf + o->len, s, room);
+    o->len = DEMANGLE_MAX;
+    o->cut = 1;
+    siglongjmp(o->stop, 1);
+  }
+  memcpy(o->buf + o->len, s, n);
+  o->len += n;
+}
+
+/* 1 when name demangled into o (whole or cut), 0 when it does not demangle. The state the
+ * jump must preserve lives in *o, the caller's, not in this frame's locals. */
+static int dm_print(const char *name, struct dm_out *o)
+{
+  /* No signal mask saved: a syscall each name for nothing (the printer changes none). */
+  if (sigsetjmp(o->stop, 0))
+    return 1;
+  /* __cxa_demangle's options (libstdc++ builds the same cp-demangle.c): the same output.
+   * DMGL_NO_RECURSE_LIMIT stays off: names over 1 024 characters are refused and print
+   * recursion is bounded, which keeps the stack use small (libiberty's arrays scale with the
+   * name); __cxa_demangle refuses the same names. The bound is on output, not time: see
+   * docs/TRACES.md, Known limits, for the one shape that still takes long printing nothing. */
+  return cplus_demangle_v3_callback(name, DMGL_PARAMS | DMGL_TYPES, dm_append, o) != 0;
+}
+
 char *demangle_alloc(const char *name)
 {
-  int status = -1;
+  struct dm_out o;
   char *out;
 
   /* "_Z..." is C++ (and CUDA C++ kernels); nothing else is mangled in a way we can undo. */
   if (!name || strncmp(name, "_Z", 2) != 0)
     return NULL;
-  out = __cxa_demangle(name, NULL, NULL, &status);
-  if (status != 0) {
-    free(out);
+  o.len = 0;
+  o.cut = 0;
+  if (!dm_print(name, &o))
     return NULL;
+  if (o.cut) {
+    size_t keep = DEMANGLE_MAX - 3;
+
+    /* Not inside a UTF-8 sequence (identifiers may hold any; continuation bytes are 10xxxxxx). */
+    while (keep > 0 && ((unsigned char)o.buf[keep] & 0xc0) == 0x80)
+      keep--;
+    memcpy(o.buf + keep, "...", 3);
+    o.len = keep + 3;
   }
+  o.buf[o.len] = '\0';
+  out = malloc(o.len + 1);
+  if (out)
+    memcpy(out, o.buf, o.len + 1);
   return out;
 }
 

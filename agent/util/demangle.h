@@ -4,8 +4,17 @@
 
 #include <stddef.h>
 
-/* The demangled form of name as a new string (free() it), or NULL when name is not mangled
- * ("_Z...") or does not demangle. Allocates: never on a callback path. */
+/*
+ * The longest result, in bytes (the trace writers' name limit, TRACE_NAME_MAX): a name whose
+ * demangled form is longer comes back as its first DEMANGLE_MAX - 3 bytes or fewer (cut at a
+ * UTF-8 character boundary) and "...". A short mangled name can demangle to hundreds of MB
+ * (template arguments that refer back to each other); the demangler stops at this bound.
+ */
+#define DEMANGLE_MAX 4096
+
+/* The demangled form of name as a new string (free() it) of at most DEMANGLE_MAX bytes, or
+ * NULL when name is not mangled ("_Z...") or does not demangle. Allocates: never on a
+ * callback path. Thread-safe. */
 char *demangle_alloc(const char *name);
 
 /*

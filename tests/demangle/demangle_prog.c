@@ -1,6 +1,7 @@
 /* Launches kernels whose names are mangled C++ (plain, templated, namespaced, a template that
- * demangles to 12804 characters), one that is not mangled and one that does not demangle, a
- * known number of times each, for check_demangle.py. */
+ * demangles to 12804 characters, one nested 40 levels as in review R35, 27 TB in full),
+ * one that is not mangled and one that does not demangle, a known number of times each, for
+ * check_demangle.py. */
 #include "tests/fakegpu/fakegpu.h"
 #include "tests/lib/e2e.h"
 
@@ -18,6 +19,13 @@ static const struct {
     {"_Z11deep_kernelI4PairIS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_I4TileS1_ES2_ES3_ES4_ES5_ES6_ES7_ES8_"
      "ES9_EEvPT_",
      1, 50000},
+    /* The same nested 40 levels: 353 characters, 27 TB demangled in full (the agent's worker
+     * and exit summary would print it for days); the agent stops at 4 096 bytes. */
+    {"_Z11deep_kernelI4PairIS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_I"
+     "S0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_I4T"
+     "ileS1_ES2_ES3_ES4_ES5_ES6_ES7_ES8_ES9_ESA_ESB_ESC_ESD_ESE_ESF_ESG_ESH_ESI_ESJ_ESK_ESL_ESM_"
+     "ESN_ESO_ESP_ESQ_ESR_ESS_EST_ESU_ESV_ESW_ESX_ESY_ESZ_ES10_ES11_ES12_ES13_ES14_EEvPT_",
+     1, 70000},
     {"plain_kernel", 4, 1000},
     {"_Z3badX", 1, 2000},
 };
