@@ -242,16 +242,29 @@ void agent_init(void)
 /* Set when a CUPTI call of the exit path did not return in time: the summary says so. */
 static int exit_cupti_stuck;
 
-enum exit_call { EXIT_CALL_FORCED_FLUSH = 1, EXIT_CALL_FINALIZE };
+enum exit_call { EXIT_CALL_DISABLE = 1, EXIT_CALL_FORCED_FLUSH, EXIT_CALL_FINALIZE };
+
+static const char *const exit_call_names[] = {
+    [EXIT_CALL_DISABLE] = "cuptiActivityDisable",
+    [EXIT_CALL_FORCED_FLUSH] = "the final cuptiActivityFlushAll",
+    [EXIT_CALL_FINALIZE] = "cuptiFinalize",
+};
 
 static void *exit_call_main(void *arg)
 {
   /* An agent thread: whatever CUPTI calls back on it is not the application's. */
   guard_hold();
-  if ((uintptr_t)arg == EXIT_CALL_FORCED_FLUSH)
+  switch ((enum exit_call)(uintptr_t)arg) {
+  case EXIT_CALL_DISABLE:
+    subscriber_disable_activity();
+    break;
+  case EXIT_CALL_FORCED_FLUSH:
     cupti_fn.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  else
+    break;
+  case EXIT_CALL_FINALIZE:
     cupti_fn.Finalize();
+    break;
+  }
   return NULL;
 }
 
@@ -274,9 +287,7 @@ static int exit_call(enum exit_call what)
   if (bthread_join_within(t, EXIT_CUPTI_TIMEOUT_MS * 1000000ull) == 0)
     return 0;
   exit_cupti_stuck = 1;
-  log_warn("%s did not return within %d ms; %s",
-           what == EXIT_CALL_FINALIZE ? "cuptiFinalize" : "the final cuptiActivityFlushAll",
-           EXIT_CUPTI_TIMEOUT_MS,
+  log_warn("%s did not return within %d ms; %s", exit_call_names[what], EXIT_CUPTI_TIMEOUT_MS,
            what == EXIT_CALL_FINALIZE
                ? "exiting without it"
                : "records CUPTI still holds are lost and the summary is incomplete");
@@ -316,7 +327,7 @@ static void write_outputs(int active)
 
 void agent_shutdown(void)
 {
-  int saved, entered, stopped, flushed;
+  int saved, entered, stopped, flushed, disabled;
 
   /* Before the lock: a forked child may have inherited it held. */
   if (getpid() != init_pid)
@@ -335,15 +346,17 @@ void agent_shutdown(void)
     /*
      * Stop new records before callbacks go quiet: a thread still launching in between would
      * otherwise produce kernel records whose API call the agent never saw (counted as
-     * unknown correlations although nothing was lost).
+     * unknown correlations although nothing was lost). Bounded like the calls below: one
+     * that does not return means CUPTI is stuck, and the forced flush and Finalize would
+     * block the same way, so they are skipped.
      */
-    subscriber_disable_activity();
+    disabled = exit_call(EXIT_CALL_DISABLE) == 0;
     /* From here every callback is a no-op (one load of the state word). */
     set_state(AGENT_STOPPING);
     /* The worker must not be inside a FlushAll(0) while we force the final one. A flush
      * that does not return in time means CUPTI is stuck (a wedged GPU or driver): the forced
      * one would block the same way, so it is skipped and the summary says it is incomplete. */
-    flushed = worker_pause_flushing(WORKER_PAUSE_TIMEOUT_MS) == 0;
+    flushed = disabled && worker_pause_flushing(WORKER_PAUSE_TIMEOUT_MS) == 0;
     if (flushed)
       flushed = exit_call(EXIT_CALL_FORCED_FLUSH) == 0;
     /* The last, partial window(s) once the worker has delivered every record; before the

@@ -545,6 +545,23 @@ def _(f, run, env):
     small_capture(f, run)
 
 
+@case("wedged_disable")
+def _(f, run, env):
+    # cupti_wedge.c: cuptiActivityDisable, the exit path's first CUPTI call, never returns. The
+    # exit waited 2 s for it, then skipped the forced flush and cuptiFinalize (they would wait on
+    # the same GPU): the records CUPTI held (GPUPROF_FLUSH_INTERVAL=1h: all of them) are lost.
+    s = summary_header(f, run, window=False)
+    if s is None:
+        return
+    f.eq("api", s.get("api"), {"runtime": 0, "driver": 11})
+    f.eq("kernels", s.get("kernels"), {"count": 0, "gpu_time_ns": 0, "by_name": []})
+    f.match("losses", s.get("losses"), dict(LOSSES_NONE, exit_incomplete=True))
+    f.eq("gpuprof lines on stderr", run.agent_lines, [
+        "gpuprof: cuptiActivityDisable did not return within 2000 ms; records CUPTI still holds "
+        "are lost and the summary is incomplete",
+    ])
+
+
 @case("cupti_other_subscriber")
 def _(f, run, env):
     inactive(f, run, ["nsys"])

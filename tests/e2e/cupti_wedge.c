@@ -1,7 +1,8 @@
 /* A CUPTI for e2e tests whose GPU wedges at the agent's exit: loaded as GPUPROF_CUPTI_PATH,
  * it is the simulated libcupti.so.13 (its dependency, which answers every other symbol)
- * except that, per CUPTI_WEDGE, the forced cuptiActivityFlushAll ("forced") or cuptiFinalize
- * ("finalize") never returns, as behind a GPU that hung after the last periodic flush. */
+ * except that, per CUPTI_WEDGE, the forced cuptiActivityFlushAll ("forced"), cuptiFinalize
+ * ("finalize") or cuptiActivityDisable ("disable": in continuous mode only the exit path calls
+ * it) never returns, as behind a GPU that hung after the last periodic flush. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -50,4 +51,14 @@ EXPORT CUptiResult CUPTIAPI cuptiFinalize(void)
   if (wedged("finalize"))
     hang_until_exit();
   return fn ? fn() : CUPTI_ERROR_UNKNOWN;
+}
+
+EXPORT CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
+{
+  CUptiResult (*fn)(CUpti_ActivityKind) =
+      (CUptiResult(*)(CUpti_ActivityKind))real("cuptiActivityDisable");
+
+  if (wedged("disable"))
+    hang_until_exit();
+  return fn ? fn(kind) : CUPTI_ERROR_UNKNOWN;
 }
