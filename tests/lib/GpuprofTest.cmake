@@ -61,7 +61,7 @@ function(gpuprof_add_e2e_test)
     "GPUPROF_CAPTURE_ON_START=unset:" "GPUPROF_CUPTI_PATH=unset:" "GPUPROF_PYROSCOPE_URL=unset:"
     "FAKEGPU_DEVICES=unset:" "FAKEGPU_DEVICE_MEM_MIB=unset:" "FAKEGPU_KERNEL_NS=unset:" "FAKEGPU_CUPTI_VERSION=unset:"
     "FAKEGPU_CUPTI_SUBSCRIBER=unset:" "FAKEGPU_CUPTI_FAULT=unset:" "FAKEGPU_LOG=unset:"
-    "FAKEGPU_NESTED=unset:"
+    "FAKEGPU_NESTED=unset:" "NCCL_PROFILER_PLUGIN=unset:" "NCCL_DEBUG=unset:"
     ${GPUPROF_TEST_SANITIZER_ENV})
   foreach(kv ${T_ENVIRONMENT})
     if(NOT kv MATCHES "^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
