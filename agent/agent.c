@@ -17,6 +17,7 @@
 #include "agent/corr.h"
 #include "agent/ctx_map.h"
 #include "agent/hoststack.h"
+#include "agent/nccl.h"
 #include "agent/oom.h"
 #include "agent/profiles.h"
 #include "agent/summary.h"
@@ -186,6 +187,8 @@ static void init_once_fn(void)
   buffers_attach(pool);
   /* Before any callback is enabled; failure only turns stacks off. */
   hoststack_init(&cfg, (const void *)(uintptr_t)cupti_fn.Subscribe_v2);
+  /* The NCCL plugin's op pool (cupti/nccl_plugin.c); failure only turns NCCL ops off. */
+  nccl_init(0);
 
   /* Before the worker, which submits finished windows; failure only turns uploads off. */
   if (cfg.mode == CONFIG_MODE_CONTINUOUS)
@@ -362,6 +365,8 @@ void agent_shutdown(void)
     /* The last, partial window(s) once the worker has delivered every record; before the
      * uploader's final flush, which then sends them. */
     stopped = worker_stop(WORKER_STOP_TIMEOUT_MS) == 0;
+    /* NCCL ops no kernel record claimed: counted as unjoined in the summary. */
+    nccl_finish();
     profiles_stop(stopped);
     oom_stop(stopped);
     /* A capture still running ends with the process: its file is finished here. */

@@ -23,6 +23,7 @@
 #include "agent/ctx_map.h"
 #include "agent/event.h"
 #include "agent/hoststack.h"
+#include "agent/nccl.h"
 #include "agent/profiles.h"
 #include "agent/stack.h"
 #include "agent/thread.h"
@@ -889,6 +890,40 @@ static void write_gpu(const struct event *ev, const struct corr_info *api)
   note_write(trace_writer_gpu_slice(wk.w, &s));
 }
 
+/* The NCCL ops the kernel ran (agent/nccl.h): one slice each on its communicator's track,
+ * spanning the kernel. */
+static void write_nccl(const struct event *ev)
+{
+  const struct nccl_op_view *ops;
+  unsigned n = nccl_current(ev, &ops);
+  char label[64];
+
+  for (unsigned i = 0; i < n; i++) {
+    const struct nccl_comm *c = nccl_comm_get(ops[i].comm);
+    struct trace_nccl_slice s = {.start_ns = ev->start_ns,
+                                 .end_ns = ev->end_ns,
+                                 .device = ev->device,
+                                 .comm_hash = c ? c->hash : 0,
+                                 .comm_label = label,
+                                 .rank = c ? c->rank : 0,
+                                 .nranks = c ? c->nranks : 0,
+                                 .func = ops[i].func,
+                                 .datatype = ops[i].datatype,
+                                 .algo = ops[i].algo,
+                                 .proto = ops[i].proto,
+                                 .count = ops[i].count,
+                                 .bytes = ops[i].bytes,
+                                 .root = ops[i].root,
+                                 .peer = ops[i].peer,
+                                 .seq = ops[i].seq,
+                                 .nchannels = ops[i].nchannels,
+                                 .stream = ev->stream,
+                                 .corr_id = ev->corr_id};
+    nccl_comm_label(ops[i].comm, label, sizeof(label));
+    note_write(trace_writer_nccl_slice(wk.w, &s));
+  }
+}
+
 static void write_memory(const struct event *ev)
 {
   uint32_t d = ev->device;
@@ -1135,6 +1170,8 @@ static void on_event(void *arg, const struct event *ev, const struct corr_info *
     if (ev->flags & EVENT_F_NO_TIMING || ev->end_ns < wk.start_ns)
       return;
     write_gpu(ev, api);
+    if (ev->kind == EVENT_KERNEL)
+      write_nccl(ev);
   } else if (ev->kind == EVENT_SYNC) {
     int32_t dev = ctx_map_get(ev->context);
     if (ev->flags & EVENT_F_NO_TIMING || ev->end_ns < wk.start_ns)

@@ -9,7 +9,7 @@
 #include "agent/config.h"
 
 #define CAPTURE_DEFAULT_DURATION_NS (60ull * 1000000000ull)
-#define CAPTURE_MAX_FILES 4 /* the trace and its gpu_time, gpu_memory and memcpy profiles */
+#define CAPTURE_MAX_FILES 5 /* the trace and its gpu_time, gpu_memory, memcpy, nccl profiles */
 
 /* What a caller (control socket, GPUPROF_CAPTURE_ON_START, signal, public API) asks for. */
 struct capture_params {

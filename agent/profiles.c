@@ -19,6 +19,7 @@
 #include "agent/corr.h"
 #include "agent/event.h"
 #include "agent/graph_map.h"
+#include "agent/nccl.h"
 #include "agent/stack.h"
 #include "agent/symbolize.h"
 #include "agent/uploader.h"
@@ -30,7 +31,7 @@
 #include "agent/worker.h"
 #include "export/pprof.h"
 
-enum kind { KIND_GPU_TIME = 0, KIND_MEMORY, KIND_MEMCPY };
+enum kind { KIND_GPU_TIME = 0, KIND_MEMORY, KIND_MEMCPY, KIND_NCCL };
 
 #define MAX_VALUES 4
 /* zlib's fastest level: on a 100 000-sample window it takes a third of level 6's time for
@@ -132,7 +133,8 @@ struct profiles {
   uint64_t graph_loc_epoch, graph_loc; /* GRAPH_FRAME's location in the profile being built */
 };
 
-static const char *const kind_names[PROFILES_KIND_COUNT] = {"gpu_time", "gpu_memory", "memcpy"};
+static const char *const kind_names[PROFILES_KIND_COUNT] = {"gpu_time", "gpu_memory", "memcpy",
+                                                            "nccl"};
 
 const char *profiles_kind_name(int kind)
 {
@@ -415,6 +417,9 @@ static const char *leaf_name(struct profiles *p, int kind, const struct key *k, 
   case KIND_GPU_TIME:
     snprintf(buf, len, "[gpu] %s", symbolizer_demangle(p->sym, (const char *)(uintptr_t)k->leaf));
     break;
+  case KIND_NCCL:
+    snprintf(buf, len, "nccl:%s", (const char *)(uintptr_t)k->leaf);
+    break;
   case KIND_MEMCPY:
     if (k->leaf == LEAF_MEMSET)
       snprintf(buf, len, "[gpu] memset");
@@ -453,6 +458,13 @@ static void set_types(struct pprof_builder *b, int kind)
     pprof_builder_set_period(b, "space", "bytes", 1);
     pprof_builder_set_default_sample_type(b, "inuse_space");
     break;
+  case KIND_NCCL:
+    pprof_builder_add_sample_type(b, "nccl_ops", "count");
+    pprof_builder_add_sample_type(b, "nccl_bytes", "bytes");
+    pprof_builder_add_sample_type(b, "nccl_time", "nanoseconds");
+    pprof_builder_set_period(b, "nccl_time", "nanoseconds", 1);
+    pprof_builder_set_default_sample_type(b, "nccl_time");
+    break;
   default:
     pprof_builder_add_sample_type(b, "memcpy_count", "count");
     pprof_builder_add_sample_type(b, "memcpy_time", "nanoseconds");
@@ -463,7 +475,7 @@ static void set_types(struct pprof_builder *b, int kind)
   }
 }
 
-static const int n_values[PROFILES_KIND_COUNT] = {2, 4, 3};
+static const int n_values[PROFILES_KIND_COUNT] = {2, 4, 3, 3};
 
 /* The leaf's location, named once per profile: a window has few distinct leaves (kernels,
  * directions, APIs) but one sample per (stack, leaf, device). 0 on allocation failure. */
@@ -537,11 +549,19 @@ static int stack_locations(struct profiles *p, uint32_t stack_id, uint64_t *locs
 static int add_entry(struct profiles *p, int kind, const struct entry *e)
 {
   uint64_t locs[STACK_MAX_DEPTH + 2];
-  uint64_t label = device_label(p, e->k.device);
+  uint64_t labels[2] = {device_label(p, e->k.device), 0};
   int n = 0, nl = 0;
 
-  if (!label)
+  if (!labels[0])
     return -ENOMEM;
+  if (kind == KIND_NCCL) {
+    /* The communicator: its name, or its hash (few per job, a label Pyroscope can keep). */
+    char comm[64];
+    struct pprof_label l = {"comm", comm, 0, NULL};
+    nccl_comm_label((e->k.aux >> 8) - 1, comm, sizeof(comm));
+    if (!(labels[1] = pprof_builder_label(p->b, &l)))
+      return -ENOMEM;
+  }
   locs[nl] = leaf_location(p, kind, &e->k);
   if (!locs[nl++])
     return -ENOMEM;
@@ -558,7 +578,7 @@ static int add_entry(struct profiles *p, int kind, const struct entry *e)
     return n;
   nl += n;
   return pprof_builder_add_sample_labels(p->b, locs, (size_t)nl, e->v, (size_t)n_values[kind],
-                                         &label, 1);
+                                         labels, kind == KIND_NCCL ? 2 : 1);
 }
 
 /*
@@ -949,6 +969,48 @@ static uint64_t duration(const struct event *ev)
   return ev->flags & EVENT_F_NO_TIMING || ev->end_ns < ev->start_ns ? 0 : ev->end_ns - ev->start_ns;
 }
 
+/*
+ * The NCCL ops of a kernel record (agent/nccl.h): one sample each by the op's host stack, its
+ * func as the leaf ("nccl:AllReduce") and its communicator as a label. Ops are weighted like
+ * launches: a sampled op stands for its sampler's period, an op the sampler skipped is
+ * represented by those (stacks "sampled"); without launch stacks every op counts once.
+ */
+static void nccl_event(struct profiles *p, const struct event *ev)
+{
+  const struct nccl_op_view *ops;
+  unsigned n = nccl_current(ev, &ops);
+  struct window *w;
+
+  if (!n)
+    return;
+  w = ev->flags & EVENT_F_NO_TIMING || !ev->start_ns ? newest_window(p)
+                                                     : window_for(p, ev->start_ns);
+  if (!w->open)
+    w = window_at(p, window_start(p, ev->start_ns));
+  if (!w)
+    return;
+  for (unsigned i = 0; i < n; i++) {
+    struct key k = {(uint64_t)(uintptr_t)ops[i].func, STACK_ID_NONE, (int32_t)ev->device,
+                    (ops[i].comm + 1) << 8};
+    uint64_t weight = 1;
+    struct entry *e;
+
+    if (ops[i].weight) {
+      k.stack_id = ops[i].stack_id;
+      weight = ops[i].weight;
+    } else if (p->o.sample_every > 1) {
+      continue;
+    }
+    if (!(e = table_get(p, w, &w->t[KIND_NCCL], k))) {
+      p->stats.lost++;
+      continue;
+    }
+    e->v[0] += (int64_t)weight;
+    e->v[1] += (int64_t)(ops[i].bytes * weight);
+    e->v[2] += (int64_t)(ops[i].gpu_ns * weight);
+  }
+}
+
 void profiles_event(struct profiles *p, const struct event *ev, const struct corr_info *api)
 {
   struct window *w;
@@ -959,6 +1021,7 @@ void profiles_event(struct profiles *p, const struct event *ev, const struct cor
 
   switch (ev->kind) {
   case EVENT_KERNEL:
+    nccl_event(p, ev);
     kind = KIND_GPU_TIME;
     k.leaf = (uint64_t)(uintptr_t)(ev->u.kernel.name ? ev->u.kernel.name : "?");
     break;

@@ -97,8 +97,9 @@ void profiles_get_stats(const struct profiles *p, struct profiles_stats *out);
  * 0, or -ENOENT (no stack, stacks off) / -ENOMEM, and then buf holds "?". */
 int profiles_stack_leaf_name(struct profiles *p, uint32_t stack_id, char *buf, size_t len);
 
-/* The kind names used in file names: "gpu_time", "gpu_memory", "memcpy". */
-#define PROFILES_KIND_COUNT 3
+/* The kind names used in file names: "gpu_time", "gpu_memory", "memcpy", "nccl" (written only
+ * when the window has NCCL ops). */
+#define PROFILES_KIND_COUNT 4
 const char *profiles_kind_name(int kind);
 
 /* The agent's instance. From init, before worker_start: continuous mode only; registers the

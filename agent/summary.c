@@ -15,6 +15,7 @@
 #include "agent/capture.h"
 #include "agent/config.h"
 #include "agent/graph_map.h"
+#include "agent/nccl.h"
 #include "agent/hoststack.h"
 #include "agent/oom.h"
 #include "agent/stack_report.h"
@@ -180,6 +181,44 @@ static void write_graphs(struct json_writer *w, const struct summary_input *in)
   json_writer_end_object(w);
 }
 
+/* NCCL operations seen through the profiler plugin (docs/SUMMARY.md), when a plugin was
+ * initialised: what was joined to a kernel, what was lost, and per func the joined ops. */
+static void write_nccl(struct json_writer *w)
+{
+  struct nccl_func_total f[NCCL_FUNC_COUNT];
+  struct nccl_stats st;
+  unsigned n;
+
+  nccl_get_stats(&st);
+  if (!st.comms && !st.comms_dropped)
+    return;
+  n = nccl_get_func_totals(f, NCCL_FUNC_COUNT);
+  json_writer_key(w, "nccl");
+  json_writer_begin_object(w);
+  json_writer_kv_uint(w, "comms", st.comms);
+  json_writer_kv_uint(w, "comms_dropped", st.comms_dropped);
+  json_writer_kv_uint(w, "ops", st.ops);
+  json_writer_kv_uint(w, "ops_joined", st.ops_joined);
+  json_writer_kv_uint(w, "ops_unjoined", st.ops_unjoined);
+  json_writer_kv_uint(w, "ops_dropped", st.ops_dropped);
+  json_writer_kv_uint(w, "ops_overflow", st.ops_overflow);
+  json_writer_kv_uint(w, "launch_conflicts", st.launch_conflicts);
+  json_writer_kv_uint(w, "ignored_events", st.ignored_events);
+  json_writer_kv_uint(w, "kernels", st.kernels);
+  json_writer_key(w, "funcs");
+  json_writer_begin_object(w);
+  for (unsigned i = 0; i < n; i++) {
+    json_writer_key(w, f[i].func);
+    json_writer_begin_object(w);
+    json_writer_kv_uint(w, "ops", f[i].ops);
+    json_writer_kv_uint(w, "bytes", f[i].bytes);
+    json_writer_kv_uint(w, "gpu_time_ns", f[i].gpu_ns);
+    json_writer_end_object(w);
+  }
+  json_writer_end_object(w);
+  json_writer_end_object(w);
+}
+
 /* Allocations that failed for lack of memory (agent/oom.h), when there were any. */
 static void write_oom(struct json_writer *w)
 {
@@ -307,6 +346,7 @@ int summary_write_json(const struct summary_input *in, struct json_writer *w)
   json_writer_end_object(w);
 
   write_graphs(w, in);
+  write_nccl(w);
   write_captures(w);
   write_oom(w);
 
@@ -530,6 +570,17 @@ void summary_print(const struct summary_input *in, const char *written_to)
     }
   }
 
+  {
+    struct nccl_stats ns;
+    nccl_get_stats(&ns);
+    if (ns.ops)
+      fd_writer_printf(&fw,
+                       "gpuprof:   NCCL: %llu ops on %llu communicators, %llu joined to their "
+                       "kernels, %llu unjoined, %llu dropped (pool full)\n",
+                       (unsigned long long)ns.ops, (unsigned long long)ns.comms,
+                       (unsigned long long)ns.ops_joined, (unsigned long long)ns.ops_unjoined,
+                       (unsigned long long)ns.ops_dropped);
+  }
   losses = in->worker.dropped_records + in->worker.zero_timestamps + in->worker.invalid_records +
            t->joins_unknown + (in->mem ? in->mem->unknown_frees : 0) + in->buffer_pool_exhausted +
            in->worker.lost_buffers;

@@ -11,6 +11,7 @@
 
 #include "agent/aggregate.h"
 #include "agent/corr.h"
+#include "agent/nccl.h"
 #include "agent/util/bthread.h"
 #include "agent/util/clock.h"
 #include "agent/util/guard.h"
@@ -63,6 +64,8 @@ static void on_event(const struct event *ev, void *arg)
   struct corr_info api;
   int joined = aggregate_event(arg, ev, &api);
 
+  /* The NCCL ops of a kernel record, taken before the consumers read them (nccl_current). */
+  nccl_worker_event(ev);
   for (unsigned i = 0; i < w.n_consumers; i++)
     if (w.consumers[i].event)
       w.consumers[i].event(w.consumers[i].arg, ev, joined ? &api : NULL);
@@ -72,6 +75,7 @@ static void tick_consumers(void)
 {
   uint64_t now = clock_realtime_ns();
 
+  nccl_worker_tick(now);
   for (unsigned i = 0; i < w.n_consumers; i++)
     if (w.consumers[i].tick)
       w.consumers[i].tick(w.consumers[i].arg, now);

@@ -22,7 +22,8 @@ static void usage(FILE *out)
           "       gpuprof stop [--pid N | --all] [--run-dir DIR]\n"
           "       gpuprof version\n"
           "\n"
-          "run      runs PROGRAM with the gpuprof agent injected (CUDA_INJECTION64_PATH)\n"
+          "run      runs PROGRAM with the gpuprof agent injected (CUDA_INJECTION64_PATH, and\n"
+          "         NCCL_PROFILER_PLUGIN unless set)\n"
           "         --output DIR   where profiles, traces and the summary go (GPUPROF_OUTPUT_DIR)\n"
           "         --log LEVEL    error, warn, info (prints the exit summary) or debug\n"
           "         --mode MODE    continuous, ondemand or off (GPUPROF_MODE)\n"
@@ -113,6 +114,9 @@ static int cmd_run(int argc, char **argv)
   }
   /* The driver dlopens this path inside the program's first cuInit. */
   setenv("CUDA_INJECTION64_PATH", abs, 1);
+  /* NCCL loads the same file as its profiler plugin (collective names, sizes, communicators);
+   * a plugin the user chose, or "none", is kept. */
+  setenv("NCCL_PROFILER_PLUGIN", abs, 0);
   execvp(argv[i], argv + i);
   fprintf(stderr, "gpuprof run: cannot run %s: %s\n", argv[i], strerror(errno));
   return 127;

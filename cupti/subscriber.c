@@ -15,6 +15,7 @@
 #include "agent/ctx_map.h"
 #include "agent/graph_map.h"
 #include "agent/hoststack.h"
+#include "agent/nccl.h"
 #include "agent/oom.h"
 #include "agent/stack.h"
 #include "agent/thread.h"
@@ -331,6 +332,13 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
       top->enter_ns = info.enter_ns;
     }
     corr_table_enter(corr, &info);
+    /* NCCL's kernel launches: the plugin's KernelLaunch event on this thread names the ops
+     * this correlation id runs (agent/nccl.h). One relaxed load unless NCCL is in use. */
+    if (dom == CORR_DOMAIN_DRIVER && (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx ||
+                                      cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
+                                      cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
+                                      cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz))
+      nccl_note_launch(cb->correlationId, cb->symbolName);
     if (!info.parent_corr_id)
       striped_counter_add(dom == CORR_DOMAIN_RUNTIME ? &api_runtime : &api_driver, ts->counter_slot,
                           1);
@@ -637,6 +645,9 @@ static unsigned set_api_callbacks(uint32_t enable)
       log_debug("cannot %s callback %u in domain %d", enable ? "enable" : "disable",
                 instantiate_cbids[i].cbid, instantiate_cbids[i].domain);
   atomic_store_explicit(&api_callbacks_on, enable != 0, memory_order_relaxed);
+  /* NCCL events are joined through the driver launch callback: wanted only while API calls
+   * are traced (not in an idle on-demand agent, nor in its GPU-only captures). */
+  nccl_set_tracing(enable != 0);
   return failed;
 }
 

@@ -88,9 +88,9 @@ static const char *const ann_names[ANN_COUNT] = {"launch",     "bytes",     "ban
                                                  "src_device", "dst_device"};
 
 /* Categories, the JSON encoding's "cat" values, interned the same way. */
-enum { CAT_API = 1, CAT_SYNC, CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_COUNT = CAT_MEMSET };
-static const char *const cat_names[CAT_COUNT] = {"cuda_api", "cuda_sync", "kernel", "gpu_memcpy",
-                                                 "gpu_memset"};
+enum { CAT_API = 1, CAT_SYNC, CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_NCCL, CAT_COUNT = CAT_NCCL };
+static const char *const cat_names[CAT_COUNT] = {"cuda_api",   "cuda_sync",  "kernel",
+                                                 "gpu_memcpy", "gpu_memset", "nccl"};
 
 /* Strings interned by content; memory grows with distinct strings only, up to a bound. */
 struct intern {
@@ -680,6 +680,7 @@ static int describe(struct trace_writer *w, struct trace_track *t, const char *t
   case TRACK_GPU_STREAM:
   case TRACK_GPU_SYNC:
   case TRACK_GPU_MEMORY:
+  case TRACK_GPU_NCCL:
     d.static_or_dynamic_name_case =
         GPUPROF__PERFETTO__TRACK_DESCRIPTOR__STATIC_OR_DYNAMIC_NAME_NAME;
     d.name = name;
@@ -699,6 +700,8 @@ static int describe(struct trace_writer *w, struct trace_track *t, const char *t
       ctr.has_unit = 1;
       ctr.unit = GPUPROF__PERFETTO__COUNTER_DESCRIPTOR__UNIT__UNIT_SIZE_BYTES;
       d.counter = &ctr;
+    } else if (t->kind == TRACK_GPU_NCCL) {
+      d.sibling_order_rank = trace_nccl_rank(t->b);
     } else {
       d.sibling_order_rank = trace_stream_rank(t->b, t->kind == TRACK_GPU_SYNC ? 1 + t->lane : 0);
     }
@@ -802,6 +805,8 @@ static uint64_t launch_iid(struct trace_writer *w, const struct trace_gpu_slice 
 
 static uint64_t slice_cat(const struct trace_track *t, const struct trace_slice *s)
 {
+  if (s->nccl)
+    return CAT_NCCL;
   if (s->gpu)
     return s->gpu->kind == TRACE_GPU_KERNEL   ? CAT_KERNEL
            : s->gpu->kind == TRACE_GPU_MEMCPY ? CAT_MEMCPY
@@ -920,8 +925,37 @@ static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *
                          char *launch, uint8_t *p)
 {
   const struct trace_gpu_slice *g = s->gpu;
-  Annotation a[8], *ap[8];
+  const struct trace_nccl_slice *nc = s->nccl;
+  Annotation a[16], *ap[16];
+  char hash[24];
   size_t na = 0;
+
+  /* NCCL ops are rare: their arguments are named inline, not interned. */
+  if (nc) {
+    ann_named_uint(&a[na++], "count", nc->count);
+    ann_named_str(&a[na++], "datatype", nc->datatype ? nc->datatype : "");
+    ann_named_uint(&a[na++], "bytes", nc->bytes);
+    if (nc->root >= 0)
+      ann_named_uint(&a[na++], "root", (uint64_t)nc->root);
+    if (nc->peer >= 0)
+      ann_named_uint(&a[na++], "peer", (uint64_t)nc->peer);
+    if (nc->seq != UINT64_MAX)
+      ann_named_uint(&a[na++], "seq", nc->seq);
+    if (nc->algo && *nc->algo)
+      ann_named_str(&a[na++], "algo", nc->algo);
+    if (nc->proto && *nc->proto)
+      ann_named_str(&a[na++], "proto", nc->proto);
+    ann_named_uint(&a[na++], "nChannels", nc->nchannels);
+    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)nc->comm_hash);
+    ann_named_str(&a[na++], "comm", hash);
+    ann_named_uint(&a[na++], "rank", (uint64_t)nc->rank);
+    ann_named_uint(&a[na++], "nranks", (uint64_t)nc->nranks);
+    ann_named_uint(&a[na++], "stream", nc->stream);
+    for (size_t i = 0; i < na; i++)
+      ap[i] = &a[i];
+    be->n_debug_annotations = na;
+    be->debug_annotations = ap;
+  }
 
   if (g) {
     uint64_t dur = s->end - s->start;
@@ -1058,7 +1092,7 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
   if (!p)
     return w->out.err;
 
-  if (!inp && niid && s->start >= clock && (!g || (kernel && !g->graph_id && liid)) &&
+  if (!inp && niid && s->start >= clock && !s->nccl && (!g || (kernel && !g->graph_id && liid)) &&
       (body = body_part(w->enc, cat, niid, liid, &nbody))) {
     nb = pack_begin_parts(q, body, nbody, s->start - clock, s, &flow, p);
     clock = s->start;

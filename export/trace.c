@@ -94,6 +94,13 @@ size_t trace_track_name(const struct trace_writer *w, const struct trace_track *
   case TRACK_META:
     len = snprintf(buf, n, "gpuprof");
     break;
+  case TRACK_GPU_NCCL:
+    if (t->b < w->n_nccl_comms)
+      len = snprintf(buf, n, "NCCL comm %s rank %d/%d", w->nccl_comms[t->b].label,
+                     w->nccl_comms[t->b].rank, w->nccl_comms[t->b].nranks);
+    else
+      len = snprintf(buf, n, "NCCL comm %u", t->b);
+    break;
   }
   if (len < 0)
     len = 0;
@@ -196,7 +203,8 @@ static struct trace_track *track_named(struct trace_writer *w, unsigned kind, ui
   /* Parents first: the encoders name processes before their threads and GPU tracks. */
   if (kind == TRACK_HOST_THREAD)
     parent = track_get(w, TRACK_HOST_PROCESS, 0, 0);
-  else if (kind == TRACK_GPU_STREAM || kind == TRACK_GPU_SYNC || kind == TRACK_GPU_MEMORY)
+  else if (kind == TRACK_GPU_STREAM || kind == TRACK_GPU_SYNC || kind == TRACK_GPU_MEMORY ||
+           kind == TRACK_GPU_NCCL)
     parent = track_get(w, TRACK_GPU_PROCESS, a, 0);
   else
     parent = NULL;
@@ -411,6 +419,48 @@ int trace_writer_gpu_slice(struct trace_writer *w, const struct trace_gpu_slice 
       sl.name = "kernel";
     }
   }
+  sl.name_len = name_len(sl.name);
+  return emit_slice(w, t, &sl);
+}
+
+/* The writer's index of a communicator (hash, rank); UINT32_MAX when the table is full. */
+static uint32_t nccl_comm_index(struct trace_writer *w, const struct trace_nccl_slice *n)
+{
+  struct trace_nccl_comm *c;
+
+  for (uint32_t i = 0; i < w->n_nccl_comms; i++)
+    if (w->nccl_comms[i].hash == n->comm_hash && w->nccl_comms[i].rank == n->rank)
+      return i;
+  if (w->n_nccl_comms >= TRACE_MAX_NCCL_COMMS)
+    return UINT32_MAX;
+  c = &w->nccl_comms[w->n_nccl_comms];
+  c->hash = n->comm_hash;
+  c->rank = n->rank;
+  c->nranks = n->nranks;
+  snprintf(c->label, sizeof(c->label), "%s", n->comm_label ? n->comm_label : "?");
+  return w->n_nccl_comms++;
+}
+
+int trace_writer_nccl_slice(struct trace_writer *w, const struct trace_nccl_slice *n)
+{
+  struct trace_track *t;
+  struct trace_slice sl;
+  uint64_t s = n->start_ns, e = n->end_ns;
+  int rc = event_begin(w, &s, &e);
+  uint32_t idx;
+
+  if (rc)
+    return rc;
+  idx = nccl_comm_index(w, n);
+  if (idx == UINT32_MAX) {
+    w->stats.invalid++;
+    return -EINVAL;
+  }
+  t = track_for(w, TRACK_GPU_NCCL, n->device, idx);
+  if (!t)
+    return track_error(w);
+  sl = (struct trace_slice){
+      .name = n->func ? n->func : "?", .start = s, .end = e, .corr_id = n->corr_id, .nccl = n};
   sl.name_len = name_len(sl.name);
   return emit_slice(w, t, &sl);
 }

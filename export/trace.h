@@ -133,6 +133,31 @@ int trace_writer_api_slice(struct trace_writer *w, uint32_t tid, const char *nam
 
 int trace_writer_gpu_slice(struct trace_writer *w, const struct trace_gpu_slice *s);
 
+/*
+ * One NCCL operation (collective or point-to-point) on its communicator's track in the GPU
+ * process of the device that ran it: "NCCL comm <label> rank <r>/<n>", above the streams. The
+ * slice spans the GPU execution of the kernel that ran it; ops grouped into one kernel share
+ * its interval (each later one starts 1 ns after the previous on the track, so that they nest
+ * as track_fit keeps every GPU track). Strings are copied or used only during the call.
+ */
+struct trace_nccl_slice {
+  uint64_t start_ns, end_ns;
+  uint32_t device;
+  uint64_t comm_hash;
+  const char *comm_label; /* the communicator's name, or its hash in hex */
+  int32_t rank, nranks;
+  const char *func;         /* the slice's name: "AllReduce", "Send", ... */
+  const char *datatype;     /* "ncclBfloat16" */
+  const char *algo, *proto; /* "" when unknown */
+  uint64_t count, bytes;
+  int32_t root, peer; /* -1: none */
+  uint64_t seq;       /* UINT64_MAX: none */
+  uint32_t nchannels;
+  uint32_t stream;  /* the kernel's stream */
+  uint32_t corr_id; /* the kernel launch's correlation id */
+};
+int trace_writer_nccl_slice(struct trace_writer *w, const struct trace_nccl_slice *s);
+
 /* A synchronization wait (CUPTI sync record): stream == UINT32_MAX for a context-wide one.
  * Waits never nest: one that overlaps a wait already on the stream's sync track (another
  * thread's) goes on the stream's next sync lane, a track of its own ("stream 7 sync 2"), with

@@ -65,6 +65,7 @@ enum trace_track_kind {
   TRACK_GPU_SYNC,    /* a = device, b = stream (UINT32_MAX: context-wide) */
   TRACK_GPU_MEMORY,  /* a = device */
   TRACK_META,        /* the protobuf writer's "gpuprof" track for trace metadata */
+  TRACK_GPU_NCCL,    /* a = device, b = index in trace_writer.nccl_comms */
 };
 
 #define TRACK_RING 16
@@ -97,10 +98,31 @@ struct trace_slice {
   size_t name_len;
   uint64_t start, end;
   uint32_t corr_id;
-  uint64_t flow_out;                 /* nonzero: a flow starts here */
-  uint64_t flow_in;                  /* nonzero: a flow ends here */
-  const struct trace_gpu_slice *gpu; /* NULL for API calls and syncs */
+  uint64_t flow_out;                   /* nonzero: a flow starts here */
+  uint64_t flow_in;                    /* nonzero: a flow ends here */
+  const struct trace_gpu_slice *gpu;   /* NULL for API calls and syncs */
+  const struct trace_nccl_slice *nccl; /* NCCL ops only */
 };
+
+/* The communicators of TRACK_GPU_NCCL tracks, in order of first use. */
+#define TRACE_MAX_NCCL_COMMS 256u
+struct trace_nccl_comm {
+  uint64_t hash;
+  int32_t rank, nranks;
+  char label[64];
+};
+
+/* The JSON tid of a communicator's track in its GPU process: apart from streams (small ids)
+ * and sync lanes (bit 31). */
+static inline uint32_t trace_nccl_tid(uint32_t index)
+{
+  return 0x40000000u | index;
+}
+/* Communicator tracks sort above the streams of their GPU. */
+static inline int32_t trace_nccl_rank(uint32_t index)
+{
+  return -1000000 + (int32_t)(index & 0xffffu);
+}
 
 struct trace_meta_kv {
   char key[TRACE_META_KEY_MAX];
@@ -123,6 +145,8 @@ struct trace_writer {
   struct trace_track *last; /* one-entry lookup cache */
 
   char *device_names[64];
+  struct trace_nccl_comm nccl_comms[TRACE_MAX_NCCL_COMMS];
+  uint32_t n_nccl_comms;
   struct trace_meta_kv kv[TRACE_META_MAX];
   uint32_t kv_len;
 

@@ -1,5 +1,6 @@
 /* Chrome Trace Event JSON encoding of a trace, laid out as Perfetto's JSON importer reads it. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +175,8 @@ static uint32_t track_tid(const struct trace_track *t)
     return t->b;
   case TRACK_GPU_SYNC:
     return trace_sync_tid(t->b, t->lane);
+  case TRACK_GPU_NCCL:
+    return trace_nccl_tid(t->b);
   default:
     return 0;
   }
@@ -243,6 +246,8 @@ static int json_describe(struct trace_writer *w, struct trace_track *t)
     return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 0));
   case TRACK_GPU_SYNC:
     return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 1 + t->lane));
+  case TRACK_GPU_NCCL:
+    return json_name_event(w, t, name, len, 1, trace_nccl_rank(t->b));
   default:
     return 0; /* counters are named by their events */
   }
@@ -327,8 +332,55 @@ static char *put_gpu_args(char *p, const struct trace_gpu_slice *g, uint64_t dur
   return p;
 }
 
+/* An NCCL op's arguments (docs/TRACES.md "NCCL"): root, peer and seq only when it has them. */
+static char *put_nccl_args(char *p, const struct trace_nccl_slice *n)
+{
+  char hash[24];
+
+  p = PUT(p, ",\"count\":");
+  p = put_u64(p, n->count);
+  p = PUT(p, ",\"datatype\":");
+  p = put_cstr(p, n->datatype ? n->datatype : "");
+  p = PUT(p, ",\"bytes\":");
+  p = put_u64(p, n->bytes);
+  if (n->root >= 0) {
+    p = PUT(p, ",\"root\":");
+    p = put_i64(p, n->root);
+  }
+  if (n->peer >= 0) {
+    p = PUT(p, ",\"peer\":");
+    p = put_i64(p, n->peer);
+  }
+  if (n->seq != UINT64_MAX) {
+    p = PUT(p, ",\"seq\":");
+    p = put_u64(p, n->seq);
+  }
+  if (n->algo && *n->algo) {
+    p = PUT(p, ",\"algo\":");
+    p = put_cstr(p, n->algo);
+  }
+  if (n->proto && *n->proto) {
+    p = PUT(p, ",\"proto\":");
+    p = put_cstr(p, n->proto);
+  }
+  p = PUT(p, ",\"nChannels\":");
+  p = put_u64(p, n->nchannels);
+  /* A string: a 64-bit hash does not survive a JSON number (a double). */
+  snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)n->comm_hash);
+  p = PUT(p, ",\"comm\":");
+  p = put_cstr(p, hash);
+  p = PUT(p, ",\"rank\":");
+  p = put_i64(p, n->rank);
+  p = PUT(p, ",\"nranks\":");
+  p = put_i64(p, n->nranks);
+  p = PUT(p, ",\"stream\":");
+  return put_u64(p, n->stream);
+}
+
 static const char *slice_cat(const struct trace_track *t, const struct trace_slice *s)
 {
+  if (s->nccl)
+    return "\"nccl\"";
   if (s->gpu)
     return s->gpu->kind == TRACE_GPU_KERNEL   ? "\"kernel\""
            : s->gpu->kind == TRACE_GPU_MEMCPY ? "\"gpu_memcpy\""
@@ -358,6 +410,8 @@ static int json_slice(struct trace_writer *w, struct trace_track *t, const struc
   p = put_u64(p, s->corr_id);
   if (s->gpu)
     p = put_gpu_args(p, s->gpu, s->end - s->start);
+  else if (s->nccl)
+    p = put_nccl_args(p, s->nccl);
   p = PUT(p, "}}");
   if (s->flow_out) {
     p = put_flow(p, w, t, 0, s->flow_out, s->start);

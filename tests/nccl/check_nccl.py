@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""Runs nccl_plugin_sim under the agent and checks what its NCCL ops became.
+
+The program drives the agent's ncclProfiler_v5 (or v4/v3) exactly as NCCL 2.28.9 does around
+kernels with NCCL's names on the simulated GPU, with durations it sets. Checked: the summary's
+nccl block, the nccl pprof profile (`go tool pprof -raw`: values by stack, leaf and comm
+label), and in the trace the communicator tracks and their slices (names, arguments, and the
+interval of the kernel that ran each op), JSON through the trace validator, .pftrace decoded
+with protoc and rebuilt with the importer's rules (tests/trace/check_traces.py).
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "pprof"))
+sys.path.insert(0, os.path.join(HERE, "..", "trace"))
+from check_pprof import Check, by_chain, read_profile  # noqa: E402
+import check_traces  # noqa: E402
+
+TP = "1111222233334444"
+DP = "abcdef0012345678"
+TP_TRACK = "NCCL comm tp rank 0/2"
+DP_TRACK = f"NCCL comm {DP} rank 1/4"
+
+K_AR_BF16 = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+K_AR_F32 = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+K_SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+K_BCAST = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+COLL = {"algo": "RING", "proto": "LL", "nChannels": 2}
+# (track, slice name, kernel, index of the op in its kernel, arguments): in the order written.
+SLICES = [
+    (TP_TRACK, "AllReduce", K_AR_BF16, 0,
+     {"count": 524288, "datatype": "ncclBfloat16", "bytes": 1048576, "seq": 0, **COLL,
+      "comm": TP, "rank": 0, "nranks": 2}),
+    (TP_TRACK, "AllReduce", K_AR_F32, 0,
+     {"count": 1000, "datatype": "ncclFloat32", "bytes": 4000, "seq": 1, **COLL, "comm": TP,
+      "rank": 0, "nranks": 2}),
+    # The API's count and datatype, not the Coll event's bytes of ncclInt8.
+    (TP_TRACK, "AllGather", K_AR_F32, 1,
+     {"count": 2048, "datatype": "ncclBfloat16", "bytes": 4096, "seq": 0, **COLL, "comm": TP,
+      "rank": 0, "nranks": 2}),
+    (TP_TRACK, "Send", K_SENDRECV, 0,
+     {"count": 1024, "datatype": "ncclFloat32", "bytes": 4096, "peer": 1, "nChannels": 2,
+      "comm": TP, "rank": 0, "nranks": 2}),
+    (TP_TRACK, "Recv", K_SENDRECV, 1,
+     {"count": 1024, "datatype": "ncclFloat32", "bytes": 4096, "peer": 1, "nChannels": 2,
+      "comm": TP, "rank": 0, "nranks": 2}),
+    (DP_TRACK, "Broadcast", K_BCAST, 0,
+     {"count": 4096, "datatype": "ncclFloat16", "bytes": 8192, "root": 1, "seq": 0, **COLL,
+      "comm": DP, "rank": 1, "nranks": 4}),
+]
+KERNEL_NS = {K_AR_BF16: 100000, K_AR_F32: 90001, K_SENDRECV: 30000, K_BCAST: 20000}
+
+NCCL_TYPES = ["nccl_ops/count", "nccl_bytes/bytes", "nccl_time/nanoseconds"]
+# (chain leaf first, comm label): [ops, bytes, time]. The grouped kernel's 90001 ns split
+# between its two ops: 45001 + 45000.
+PPROF = {
+    "main": {
+        (("nccl:AllReduce", "start", "coll_api", "sim_allreduce", "main"), "tp"): [1, 1048576, 100000],
+        (("nccl:AllReduce", "start", "coll_api", "sim_grouped", "main"), "tp"): [1, 4000, 45001],
+        (("nccl:AllGather", "start", "coll_api", "sim_grouped", "main"), "tp"): [1, 4096, 45000],
+        (("nccl:Send", "start", "p2p_api", "sim_sendrecv", "main"), "tp"): [1, 4096, 15000],
+        (("nccl:Recv", "start", "p2p_api", "sim_sendrecv", "main"), "tp"): [1, 4096, 15000],
+        (("nccl:Broadcast", "start", "coll_api", "sim_broadcast", "main"), DP): [1, 8192, 20000],
+    },
+    "v4": {(("nccl:AllReduce", "sim_v4", "main"), "v4comm"): [1, 512, 50000]},
+    "v3": {(("nccl:AllReduce", "sim_v3", "main"), "v3comm"): [1, 1024, 60000]},
+    "overflow": None,
+    "noinject": None,
+}
+
+COUNTS = {"comms_dropped": 0, "ops_overflow": 0, "launch_conflicts": 0}
+SUMMARY = {
+    # Ignored: 4 GroupApi, 4 Group, the ProxyOp and the unknown type with a context.
+    "main": {"comms": 2, "ops": 6, "ops_joined": 6, "ops_unjoined": 0, "ops_dropped": 0,
+             "ignored_events": 10, "kernels": 4, **COUNTS,
+             "funcs": {"AllReduce": {"ops": 2, "bytes": 1052576, "gpu_time_ns": 145001},
+                       "AllGather": {"ops": 1, "bytes": 4096, "gpu_time_ns": 45000},
+                       "Broadcast": {"ops": 1, "bytes": 8192, "gpu_time_ns": 20000},
+                       "Send": {"ops": 1, "bytes": 4096, "gpu_time_ns": 15000},
+                       "Recv": {"ops": 1, "bytes": 4096, "gpu_time_ns": 15000}}},
+    # 16394 API events, a pool of 16384: 10 dropped, the rest released unjoined at exit.
+    "overflow": {"comms": 1, "ops": 16384, "ops_joined": 0, "ops_unjoined": 16384,
+                 "ops_dropped": 10, "ignored_events": 0, "kernels": 0, **COUNTS, "funcs": {}},
+    "v4": {"comms": 1, "ops": 1, "ops_joined": 1, "ops_unjoined": 0, "ops_dropped": 0,
+           "ignored_events": 0, "kernels": 1, **COUNTS,
+           "funcs": {"AllReduce": {"ops": 1, "bytes": 512, "gpu_time_ns": 50000}}},
+    "v3": {"comms": 1, "ops": 1, "ops_joined": 1, "ops_unjoined": 0, "ops_dropped": 0,
+           "ignored_events": 0, "kernels": 1, **COUNTS,
+           "funcs": {"AllReduce": {"ops": 1, "bytes": 1024, "gpu_time_ns": 60000}}},
+}
+SUMMARY["noinject"] = None  # the agent never started: no summary at all
+MASK = {"noinject": "noinject mask 0x0", "main": "v5 mask 0xe06", "overflow": "v5 mask 0xe06", "v4": "v4 mask 0x6",
+        "v3": "v3 mask 0x6"}
+
+
+# case api: nccl_api_e2e on the NCCL double. The comm has no name (its label is its hash) and
+# the order of a group's ops inside its kernel is NCCL's (size-sorted), so the checks take
+# each op by its calling function and the grouped kernel's split as either way round.
+API_OPS = {  # function -> [(func, count, datatype, bytes, seq, peer, kernel)]
+    "e2e_allreduce": [("AllReduce", 524288, "ncclBfloat16", 1048576, 0, None, K_AR_BF16)],
+    "e2e_grouped": [("AllReduce", 100000, "ncclFloat32", 400000, 1, None, K_AR_F32),
+                    ("AllGather", 2048, "ncclBfloat16", 4096, 0, None, K_AR_F32)],
+    "e2e_sendrecv": [("Send", 1024, "ncclFloat32", 4096, None, 1, K_SENDRECV),
+                     ("Recv", 1024, "ncclFloat32", 4096, None, 1, K_SENDRECV)],
+}
+API_KERNEL_NS = {K_AR_BF16: 100000, K_AR_F32: 90001, K_SENDRECV: 30000}
+SUMMARY["api"] = {"comms": 1, "ops": 5, "ops_joined": 5, "ops_unjoined": 0, "ops_dropped": 0,
+                  "kernels": 3, **COUNTS}
+PPROF["api"] = "api"
+
+
+def split_ok(times, total):
+    return sum(times) == total and all(t in (total // len(times), total // len(times) + 1)
+                                       for t in times)
+
+
+def check_api_pprof(c, pid):
+    files = nccl_profiles(pid)
+    c.eq("nccl profile files", len(files), 1)
+    if len(files) != 1:
+        return
+    prof = read_profile(files[0])
+    c.eq("nccl: sample types", prof.get("types"), NCCL_TYPES)
+    got = {}
+    for s in prof["samples"]:
+        fn = next((f for f in s["functions"] if f in API_OPS), None)
+        c.true(f"nccl: comm label {s['labels'].get('comm')} is a hash",
+               re.fullmatch(r"[0-9a-f]{16}", s["labels"].get("comm", "")) is not None)
+        got.setdefault((s["functions"][0], fn), []).append(s["values"])
+    want = {(f"nccl:{op[0]}", fn) for fn, ops in API_OPS.items() for op in ops}
+    c.eq("nccl: samples by (leaf, caller)", sorted(got), sorted(want))
+    for fn, ops in API_OPS.items():
+        times = []
+        for op in ops:
+            vals = got.get((f"nccl:{op[0]}", fn), [[0, 0, 0]])
+            c.eq(f"nccl: {op[0]} from {fn}: ops, bytes", [v[:2] for v in vals], [[1, op[3]]])
+            times.append(vals[0][2])
+        total = API_KERNEL_NS[ops[0][6]]
+        c.true(f"nccl: {fn}'s ops split {total} ns: {times}", split_ok(times, total))
+
+
+def check_api_slices(c, slices, what):
+    kernels = kernel_slices(slices)
+    ops = [(t, n, s, e, a) for t, n, s, e, a in slices if t.startswith("NCCL comm")]
+    tracks = {t for t, *_ in ops}
+    c.eq(f"{what}: NCCL tracks", len(tracks), 1)
+    c.true(f"{what}: track name {tracks}",
+           all(re.fullmatch(r"NCCL comm [0-9a-f]{16} rank 0/2", t) for t in tracks))
+    c.eq(f"{what}: NCCL slices", len(ops), 5)
+    for fn, want_ops in API_OPS.items():
+        k = want_ops[0][6]
+        ks, ke, kcorr = kernels.get(k, (None, None, None))
+        c.eq(f"{what}: {k} duration", (ke - ks) if ks is not None else None, API_KERNEL_NS[k])
+        mine = sorted((o for o in ops if o[4].get("correlation") == kcorr), key=lambda o: o[2])
+        c.eq(f"{what}: {fn}: ops of kernel {k}", sorted(o[1] for o in mine),
+             sorted(w[0] for w in want_ops))
+        for i, o in enumerate(mine):
+            c.eq(f"{what}: {fn} {o[1]}: interval", (o[2], o[3]),
+                 (ks + i if ks is not None else None, ke))
+            w = next((w for w in want_ops if w[0] == o[1]), None)
+            if not w:
+                continue
+            a = o[4]
+            c.eq(f"{what}: {fn} {o[1]}: count, datatype, bytes, seq, peer",
+                 (a.get("count"), a.get("datatype"), a.get("bytes"), a.get("seq"), a.get("peer")),
+                 w[1:6])
+            c.eq(f"{what}: {fn} {o[1]}: rank, nranks, nChannels",
+                 (a.get("rank"), a.get("nranks"), a.get("nChannels")), (0, 2, 2))
+
+
+def nccl_profiles(pid):
+    out = os.environ["GPUPROF_OUTPUT_DIR"]
+    return sorted(glob.glob(os.path.join(out, f"gpuprof-*-{pid}-nccl-*.pb.gz")))
+
+
+def check_pprof(c, case, pid):
+    if case == "api":
+        check_api_pprof(c, pid)
+        return
+    files = nccl_profiles(pid)
+    want = PPROF[case]
+    if want is None:
+        c.eq("nccl profiles (no op reached a kernel)", files, [])
+        return
+    c.eq("nccl profile files", len(files), 1)
+    if len(files) != 1:
+        return
+    prof = read_profile(files[0])
+    c.eq("nccl: sample types", prof.get("types"), NCCL_TYPES)
+    c.eq("nccl: default sample type", prof.get("default"), "nccl_time")
+    c.eq("nccl: period type", prof.get("PeriodType"), "nccl_time nanoseconds")
+    for s in prof["samples"]:
+        c.eq(f"nccl: {s['functions'][:1]} gpu label", s["labels"].get("gpu"), "0")
+    c.eq("nccl: values by stack and comm", by_chain(prof, "comm"), want)
+
+
+def kernel_slices(slices):
+    """{kernel name: (start, end, correlation)} of the stream tracks' kernel slices."""
+    out = {}
+    for track, name, s, e, args in slices:
+        if name in KERNEL_NS:
+            c_ = args.get("correlation")
+            out[name] = (s, e, int(c_) if c_ is not None else None)
+    return out
+
+
+def check_slices(c, slices, what):
+    kernels = kernel_slices(slices)
+    for k, ns in KERNEL_NS.items():
+        got = kernels.get(k)
+        c.true(f"{what}: kernel {k} in the trace", got is not None)
+        if got:
+            c.eq(f"{what}: {k} duration", got[1] - got[0], ns)
+    got = [(t, n, s, e, a) for t, n, s, e, a in slices if t.startswith("NCCL comm")]
+    c.eq(f"{what}: NCCL slices (track, name)", [(g[0], g[1]) for g in got],
+         [(w[0], w[1]) for w in SLICES])
+    for g, w in zip(got, SLICES):
+        track, name, kernel, i, args = w
+        ks, ke, kcorr = kernels.get(kernel, (None, None, None))
+        # Ops of one kernel share its interval; on the track each later one starts 1 ns
+        # later so that they nest (trace.c track_fit).
+        c.eq(f"{what}: {name} on {track}: start", g[2], ks + i if ks is not None else None)
+        c.eq(f"{what}: {name} on {track}: end", g[3], ke)
+        want = dict(args, correlation=kcorr, stream=None)
+        got_args = {k: g[4].get(k) for k in want}
+        c.true(f"{what}: {name}: stream argument {got_args['stream']}",
+               got_args["stream"] is not None)
+        got_args["stream"] = None
+        c.eq(f"{what}: {name} on {track}: arguments", got_args, want)
+        for absent in ("root", "peer", "seq", "algo", "proto"):
+            if absent not in args:
+                c.true(f"{what}: {name}: no {absent} argument", absent not in g[4])
+
+
+def json_slices(c, path, validator):
+    r = subprocess.run([sys.executable, validator, path], capture_output=True, text=True)
+    c.eq(f"validate_trace {os.path.basename(path)}: exit status ({r.stdout}{r.stderr})",
+         r.returncode, 0)
+    trace = check_traces.load_json_events(path)
+    events = trace["traceEvents"]
+    base = int(trace["metadata"]["base_time_ns"])
+    tname = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    out = []
+    for e in events:
+        if e["ph"] != "X":
+            continue
+        s = base + check_traces.ns_of(e["ts"])
+        args = {k: (int(v) if not isinstance(v, str) and k != "bandwidth_gbps" else v)
+                for k, v in e.get("args", {}).items() if not isinstance(v, list)}
+        out.append((tname.get((e["pid"], e["tid"]), "?"), e["name"], s,
+                    s + check_traces.ns_of(e["dur"]), args))
+        if e.get("cat") == "nccl":
+            c.true(f"{path}: NCCL slice {e['name']} in a GPU process", e["pid"] != os.getpid())
+    return out
+
+
+def pftrace_slices(c, path, proto, protoc):
+    trace = check_traces.decode_pftrace(path, proto, protoc)
+    c.eq(f"{path}: decode", check_traces.failures, [])
+    if trace is None:
+        return []
+    tracks, slices, counters, instants, open_ = check_traces.rebuild(trace, path)
+    c.eq(f"{path}: importer rules", check_traces.failures, [])
+    c.true(f"{path}: slices left open", not any(open_.values()))
+    out = []
+    for uuid, lst in slices.items():
+        d = tracks[uuid]
+        tn = check_traces.one(one_thread(d), "thread_name") if "thread" in d else \
+            check_traces.one(d, "name")
+        for name, s, e, b in lst:
+            args = {}
+            for k, v in b["args"].items():
+                if k in ("comm", "datatype", "algo", "proto"):
+                    args[k] = str(v).strip('"')
+                    continue
+                try:
+                    args[k] = int(v)
+                except (TypeError, ValueError):
+                    args[k] = str(v).strip('"')
+            args.setdefault("correlation", b.get("corr"))
+            out.append((tn, name, s, e, args))
+    out.sort(key=lambda x: (x[2], x[0]))
+    return out
+
+
+def one_thread(d):
+    return check_traces.one(d, "thread")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", required=True, choices=sorted(SUMMARY))  # noqa
+    ap.add_argument("--format", choices=("json", "perfetto"))
+    ap.add_argument("--validator")
+    ap.add_argument("--proto", default=os.path.join(HERE, "..", "..", "export", "proto",
+                                                    "perfetto_trace.proto"))
+    ap.add_argument("--protoc", default=shutil.which("protoc"))
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    c = Check()
+    out = os.environ["GPUPROF_OUTPUT_DIR"]
+    shutil.rmtree(out, ignore_errors=True)
+    if os.path.exists(os.environ["GPUPROF_SUMMARY_FILE"]):
+        os.unlink(os.environ["GPUPROF_SUMMARY_FILE"])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout, proc.stderr = proc.communicate(timeout=120)
+    sys.stderr.write(proc.stderr)
+    c.eq("exit status", proc.returncode, 0)
+    done = "nccl_api_e2e: done" if a.case == "api" else f"nccl_plugin_sim {a.case}: done"
+    c.true(f"the program finished ({proc.stdout!r})", done in proc.stdout)
+    if a.case != "api":
+        c.true(f"activation mask: {MASK[a.case]} in {proc.stdout!r}", MASK[a.case] in proc.stdout)
+    if a.case == "noinject":
+        lines = proc.stderr.splitlines()
+        c.eq("stderr: one line", len(lines), 1)
+        c.true(f"stderr names CUDA_INJECTION64_PATH: {lines}",
+               lines and "NCCL_PROFILER_PLUGIN" in lines[0] and
+               "CUDA_INJECTION64_PATH" in lines[0])
+        c.true("no summary", not os.path.exists(os.environ["GPUPROF_SUMMARY_FILE"]))
+        c.eq("no output files", glob.glob(os.path.join(out, "*")), [])
+        return c.exit_status("check_nccl noinject")
+    c.true(f"nothing on stderr: {proc.stderr!r}", proc.stderr == "")
+    with open(os.environ["GPUPROF_SUMMARY_FILE"]) as f:
+        got = json.load(f).get("nccl")
+    if a.case == "api":
+        got = {k: v for k, v in (got or {}).items() if k in SUMMARY["api"]}
+    c.eq("summary nccl", got, SUMMARY[a.case])
+    check_pprof(c, a.case, proc.pid)
+    if a.format:
+        suffix = ".json" if a.format == "json" else ".pftrace"
+        traces = glob.glob(os.path.join(out, f"gpuprof-*-{proc.pid}-*-capture{suffix}"))
+        c.eq(f"{suffix} traces", len(traces), 1)
+        if traces:
+            if a.format == "json":
+                got = json_slices(c, traces[0], a.validator)
+            elif not a.protoc:
+                print("SKIP: protoc not found: the .pftrace cannot be checked")
+                got = None
+            else:
+                got = pftrace_slices(c, traces[0], a.proto, a.protoc)
+            if got is not None and a.case == "api":
+                check_api_slices(c, got, os.path.basename(traces[0]))
+            elif got is not None:
+                check_slices(c, got, os.path.basename(traces[0]))
+    return c.exit_status(f"check_nccl {a.case} {a.format or ''}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
