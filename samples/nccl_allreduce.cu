@@ -11,6 +11,9 @@
 //            through the driver API (cuLaunchKernelEx)
 //   memory   2 cudaMalloc of 4194304 bytes per device (send and receive buffers), freed
 //   memcpy   1 HtoD per device of 4194304 bytes, 1 DtoH per device of 4194304 bytes
+//   nccl     with NCCL_PROFILER_PLUGIN set to the agent: 2 communicators, 40 AllReduce ops of
+//            4194304 bytes, each joined to its kernel (summary, nccl profile, one trace track
+//            per communicator with 20 slices inside their kernels)
 //   result   every element equals the sum over ranks (1 + 2 = 3): "results verified"
 #include <vector>
 

@@ -15,7 +15,7 @@ usage: scripts/gpu-verify.sh [--simulator] [--build DIR] [--no-build] [--bundle 
                              [--run-timeout S] [--budget S] [-v]
 
   --simulator  run on the simulated GPU (tests/fakegpu; no NVIDIA GPU needed, no overhead goal;
-               NCCL and PyTorch samples are left out)
+               the PyTorch sample is left out; nccl_allreduce runs on the NCCL double)
   --build DIR  build directory (default: build-verify); --no-build uses it as it is
   --bundle DIR a prebuilt bundle (scripts/gpu-bundle.sh; no cmake here): checks first that
                nvidia-smi, libcudart.so.13, libcupti.so.13 and a python3 with google.protobuf

@@ -37,7 +37,8 @@ Check kinds (fields of a check in expectations.json; numbers may be "{launches}"
             absent}; memset {count, bytes}; memory {device, allocs?, frees?, bytes_allocated?,
             bytes_freed?, in_use?, peak_in_use?, by_kind?, allocs_at_least?,
             in_use_at_least?}; in_use_stack {rank, function_re, bytes?, allocations?};
-            oom {failed_allocations?, snapshots?, first_api?}; losses_zero
+            oom {failed_allocations?, snapshots?, first_api?}; losses_zero; nccl {comms?,
+            ops?, ops_joined?, funcs? {func: {ops?, bytes?}}} (the summary's nccl block)
   pprof:    pprof_total {profile, sample_type[], value | value_at_least} summed over windows;
             pprof_inuse {profile, sample_type[], value | value_at_least, top_function_re?} of
             the last window; pprof_leaf {profile, sample_type[], leaf_re, value} summed over
@@ -48,7 +49,9 @@ Check kinds (fields of a check in expectations.json; numbers may be "{launches}"
             kernel names are demangled: "mul_kernel(float*, float, int)", not "_Z10mul_...");
             trace_memcpy {direction, count, bytes}; trace_memset {count, bytes};
             trace_graph {names, graphs, nodes}; trace_api_threads {name_re, threads};
-            trace_gpu_tracks {min_streams}; trace_memory_counter {max_at_least}
+            trace_gpu_tracks {min_streams}; trace_memory_counter {max_at_least};
+            trace_nccl {func, count, tracks?} (slices of category nccl on the communicator
+            tracks, each inside the kernel slice of its correlation id)
 
 A result is PASS, FAIL, N/A (the agent produced no output of that kind at all: the feature is
 missing from this build; a failure when the feature is in --require) or SKIP (the sample cannot
@@ -229,7 +232,10 @@ class Trace:
         for e in events:
             if e.get("ph") == "M" and e.get("name") == "thread_name":
                 self.thread_names[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
-        self.gpu = [e for e in events if e.get("ph") == "X" and e.get("pid") in self.gpu_pids]
+        gpu = [e for e in events if e.get("ph") == "X" and e.get("pid") in self.gpu_pids]
+        # NCCL operations sit on communicator tracks in the GPU processes: not GPU work.
+        self.gpu = [e for e in gpu if e.get("cat") != "nccl"]
+        self.nccl = [e for e in gpu if e.get("cat") == "nccl"]
         self.host = [e for e in events if e.get("ph") == "X" and e.get("pid") not in self.gpu_pids]
         self.counters = [e for e in events if e.get("ph") == "C"]
 
@@ -361,6 +367,18 @@ def check_summary(c, s, o, ctx):
                 o.eq(f"oom {k}", oom.get(k), c[k])
         if "first_api" in c:
             o.eq("oom first failed API", oom.get("first", {}).get("api"), c["first_api"])
+    elif kind == "nccl":
+        n = s.get("nccl")
+        if n is None:
+            o.add("FAIL", "nccl: no nccl block in the summary (NCCL_PROFILER_PLUGIN not loaded?)")
+            return
+        for k in ("comms", "ops", "ops_joined"):
+            if k in c:
+                o.eq(f"nccl {k}", n.get(k), c[k])
+        for func, want in c.get("funcs", {}).items():
+            got = n.get("funcs", {}).get(func, {})
+            for k, v in want.items():
+                o.eq(f"nccl {func} {k}", got.get(k), v)
     elif kind == "losses_zero":
         losses = {k: v for k, v in s.get("losses", {}).items() if v}
         o.eq("losses (non-zero counters)", losses, {})
@@ -498,6 +516,19 @@ def check_trace(c, t, o, ctx):
     elif kind == "trace_gpu_tracks":
         tracks = {(e.get("pid"), e.get("tid")) for e in t.gpu}
         o.at_least("trace: GPU tracks with slices", len(tracks), c["min_streams"])
+    elif kind == "trace_nccl":
+        sl = [e for e in t.nccl if e.get("name") == c["func"]]
+        o.eq(f"trace: NCCL {c['func']} slices", len(sl), g("count"))
+        if "tracks" in c:
+            o.eq(f"trace: tracks with NCCL {c['func']} slices",
+                 len({(e.get("pid"), e.get("tid")) for e in sl}), c["tracks"])
+        kernels = {(e.get("pid"), e.get("args", {}).get("correlation")): e for e in t.gpu}
+        outside = 0
+        for e in sl:
+            k = kernels.get((e.get("pid"), e.get("args", {}).get("correlation")))
+            if k is None or e["ts"] < k["ts"] or e["ts"] + e["dur"] > k["ts"] + k["dur"] + 1e-3:
+                outside += 1
+        o.eq(f"trace: NCCL {c['func']} slices not inside their kernel", outside, 0)
     elif kind == "trace_memory_counter":
         vals = [v for e in t.counters if "memory" in e.get("name", "").lower()
                 for v in e.get("args", {}).values() if isinstance(v, (int, float))]
@@ -568,6 +599,10 @@ def mode_env(mode, base, outdir, overhead=False):
         # A stack for every launch: sampled launches are weighted estimates, and the checks
         # compare launch counts in the pprof files exactly. The overhead run keeps the default.
         env["GPUPROF_STACK_SAMPLE_EVERY"] = "1"
+    # The agent is NCCL's profiler plugin too (docs/CONFIGURATION.md), as `gpuprof run` sets.
+    env.pop("NCCL_PROFILER_PLUGIN", None)
+    if env.get("CUDA_INJECTION64_PATH"):
+        env["NCCL_PROFILER_PLUGIN"] = env["CUDA_INJECTION64_PATH"]
     if mode in ("capture", "gpu-only"):
         env["GPUPROF_CAPTURE_ON_START"] = "60s"
     if mode == "gpu-only":
