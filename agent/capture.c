@@ -890,18 +890,20 @@ static void write_gpu(const struct event *ev, const struct corr_info *api)
   note_write(trace_writer_gpu_slice(wk.w, &s));
 }
 
-/* The NCCL ops the kernel ran (agent/nccl.h): one slice each on its communicator's track,
- * spanning the kernel. */
+/* The NCCL ops the kernel ran (agent/nccl.h): one slice each on its communicator's track. The
+ * ops of a grouped kernel follow one another in NCCL's order, each lasting its share of the
+ * kernel (gpu_ns, the split the nccl profile uses), so that they tile the kernel exactly. */
 static void write_nccl(const struct event *ev)
 {
   const struct nccl_op_view *ops;
   unsigned n = nccl_current(ev, &ops);
+  uint64_t at = ev->start_ns, kernel_ns = ev->end_ns >= ev->start_ns ? ev->end_ns - at : 0;
   char label[64];
 
   for (unsigned i = 0; i < n; i++) {
     const struct nccl_comm *c = nccl_comm_get(ops[i].comm);
-    struct trace_nccl_slice s = {.start_ns = ev->start_ns,
-                                 .end_ns = ev->end_ns,
+    struct trace_nccl_slice s = {.start_ns = at,
+                                 .end_ns = at + ops[i].gpu_ns,
                                  .device = ev->device,
                                  .comm_hash = c ? c->hash : 0,
                                  .comm_label = label,
@@ -918,7 +920,10 @@ static void write_nccl(const struct event *ev)
                                  .seq = ops[i].seq,
                                  .nchannels = ops[i].nchannels,
                                  .stream = ev->stream,
-                                 .corr_id = ev->corr_id};
+                                 .corr_id = ev->corr_id,
+                                 .group_ops = n,
+                                 .kernel_ns = kernel_ns};
+    at = s.end_ns;
     nccl_comm_label(ops[i].comm, label, sizeof(label));
     note_write(trace_writer_nccl_slice(wk.w, &s));
   }

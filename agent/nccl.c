@@ -112,10 +112,34 @@ static struct {
 
 #define ADD(field, n) atomic_fetch_add_explicit(&st.field, (n), memory_order_relaxed)
 
+/* An entry that describes exactly this communicator, or NULL. */
+static struct nccl_comm_slot *comm_same(uint64_t hash, const char *name, int nnodes, int nranks,
+                                        int rank)
+{
+  uint32_t n = atomic_load_explicit(&n_comms, memory_order_acquire);
+  char want[sizeof(comms[0].c.name)] = "";
+
+  if (name)
+    snprintf(want, sizeof(want), "%s", name);
+  for (uint32_t i = 0; i < n && i < NCCL_MAX_COMMS; i++) {
+    const struct nccl_comm *c = &comms[i].c;
+    if (atomic_load_explicit(&comms[i].used, memory_order_acquire) && c->hash == hash &&
+        c->rank == rank && c->nranks == nranks && c->nnodes == nnodes && !strcmp(c->name, want))
+      return &comms[i];
+  }
+  return NULL;
+}
+
 struct nccl_comm_slot *nccl_comm_add(uint64_t hash, const char *name, int nnodes, int nranks,
                                      int rank)
 {
-  struct nccl_comm_slot *s = comm_fill(hash, name, nnodes, nranks, rank);
+  struct nccl_comm_slot *s = comm_same(hash, name, nnodes, nranks, rank);
+
+  /* A re-init of a communicator this process had (destroyed, then created again from the same
+   * unique id): its entry, so that re-inits cannot use up the table. */
+  if (s)
+    return s;
+  s = comm_fill(hash, name, nnodes, nranks, rank);
 
   if (s)
     ADD(comms, 1);
@@ -156,7 +180,8 @@ void nccl_comm_label(uint32_t index, char *buf, size_t len)
 
 /* ---- the op pool ---- */
 
-enum { OP_FREE = 0, OP_OPEN, OP_BOUND };
+/* OP_RELEASING: the sweep took the op; its generation moves on before the slot is free. */
+enum { OP_FREE = 0, OP_OPEN, OP_BOUND, OP_RELEASING };
 
 struct op {
   _Atomic uint32_t state;
@@ -374,10 +399,14 @@ static struct op *op_new(struct nccl_comm_slot *c, const struct nccl_op_desc *d,
  * a Coll that starts after a bracket belongs to that bracket's launch. A Coll that starts while
  * no launch is claimable waits in `pending` and the next bracketed launch takes it, which
  * covers an order where the plan's events come first. A launch that took pending ops is not
- * claimable afterwards (the ops after it belong to the next one).
+ * claimable afterwards (the ops after it belong to the next one). A bracket whose launch the
+ * agent did not see (API callbacks switched off as a capture ends, a launch through an API
+ * the agent does not watch) owns the ops that follow it until the next bracket: they are
+ * released unjoined at once instead of waiting in `pending` for a later, unrelated launch.
  */
 struct nccl_tls {
   uint8_t kl_open;
+  uint8_t after_unseen; /* the last bracket closed without a launch */
   uint8_t bound_pending;
   uint8_t last_claimable;
   uint32_t kl_corr, kl_comm; /* comm: index + 1, 0: any */
@@ -452,6 +481,17 @@ void *nccl_task_start(struct nccl_comm_slot *c, void *parent, const struct nccl_
   } else if (!(o = op_new(c, d, &idx))) {
     return NULL;
   }
+  if (tls.after_unseen && !tls.last_claimable) {
+    /* The op of a launch the agent did not see: no kernel record can claim it. A CAS, as
+     * the sweep may be taking an op that waited for its Coll event past the TTL. */
+    uint32_t state = OP_OPEN;
+    if (atomic_compare_exchange_strong_explicit(&o->state, &state, OP_RELEASING,
+                                                memory_order_acquire, memory_order_relaxed)) {
+      op_release(o);
+      ADD(ops_unjoined, 1);
+    }
+    return NULL;
+  }
   h = make_handle(idx, atomic_load_explicit(&o->gen, memory_order_relaxed), TAG_TASK);
   if (tls.last_claimable && tls.last_corr && (!tls.last_comm || tls.last_comm == cidx))
     op_bind(o, idx, tls.last_corr);
@@ -464,6 +504,7 @@ void *nccl_task_start(struct nccl_comm_slot *c, void *parent, const struct nccl_
 void *nccl_launch_start(struct nccl_comm_slot *c)
 {
   tls.kl_open = 1;
+  tls.after_unseen = 0;
   tls.kl_corr = 0;
   tls.kl_comm = comm_index1(c);
   tls.bound_pending = 0;
@@ -526,6 +567,7 @@ void nccl_handle_stop(void *handle)
     tls.last_corr = tls.kl_corr;
     tls.last_comm = tls.kl_comm;
     tls.last_claimable = tls.kl_corr && !tls.bound_pending;
+    tls.after_unseen = !tls.kl_corr;
     return;
   }
   /* NCCL 2.28.9 may stop a CollApi handle twice (it keeps the handle after the first stop,
@@ -536,7 +578,11 @@ void nccl_handle_stop(void *handle)
 
 /* ---- worker side ---- */
 
-static struct nccl_op_view cur[NCCL_MAX_OPS_PER_KERNEL];
+/* The ops of the kernel being decoded: grown on the worker thread as groups need (64 ops
+ * cover almost every kernel; an all-to-all of n ranks needs 2n - 2), up to
+ * NCCL_MAX_OPS_PER_KERNEL. */
+static struct nccl_op_view *cur;
+static unsigned cur_cap;
 static unsigned cur_n;
 static const struct event *cur_ev;
 static uint64_t last_scan_ns;
@@ -562,6 +608,27 @@ static void view_fill(struct nccl_op_view *v, const struct op *o)
   v->api_stop_ns = atomic_load_explicit(&o->api_stop_ns, memory_order_relaxed);
 }
 
+/* Room for n + 1 views in cur; 0 when there is none (out of memory, or the bound). */
+static int cur_room(unsigned n)
+{
+  unsigned cap;
+  struct nccl_op_view *p;
+
+  if (n < cur_cap)
+    return 1;
+  if (cur_cap >= NCCL_MAX_OPS_PER_KERNEL)
+    return 0;
+  cap = cur_cap ? cur_cap * 2 : 64;
+  if (cap > NCCL_MAX_OPS_PER_KERNEL)
+    cap = NCCL_MAX_OPS_PER_KERNEL;
+  p = realloc(cur, cap * sizeof(*cur));
+  if (!p)
+    return 0;
+  cur = p;
+  cur_cap = cap;
+  return 1;
+}
+
 void nccl_worker_event(const struct event *ev)
 {
   struct lslot *s;
@@ -578,10 +645,16 @@ void nccl_worker_event(const struct event *ev)
   idx1 = atomic_load_explicit(&s->head, memory_order_acquire);
   while (idx1 && idx1 - 1 <= pool_mask) {
     struct op *o = &ops[idx1 - 1];
-    if (atomic_load_explicit(&o->state, memory_order_acquire) != OP_BOUND || o->corr != ev->corr_id)
+    uint32_t state = OP_BOUND;
+    /* Taken with a CAS: nccl_finish's sweep may run on another thread when the worker did not
+     * stop in time, and an op must be released (and counted) once. */
+    if (atomic_load_explicit(&o->state, memory_order_acquire) != OP_BOUND ||
+        o->corr != ev->corr_id ||
+        !atomic_compare_exchange_strong_explicit(&o->state, &state, OP_RELEASING,
+                                                 memory_order_acquire, memory_order_relaxed))
       break;
     idx1 = atomic_load_explicit(&o->next, memory_order_relaxed);
-    if (n < NCCL_MAX_OPS_PER_KERNEL)
+    if (cur_room(n))
       view_fill(&cur[n++], o);
     else
       dropped++;
@@ -637,10 +710,13 @@ static void sweep(uint64_t now_ns, uint64_t ttl_ns)
     struct op *o = &ops[i];
     uint32_t state = atomic_load_explicit(&o->state, memory_order_acquire);
     uint64_t born = atomic_load_explicit(&o->born_ns, memory_order_relaxed);
-    if (state != OP_FREE && (ttl_ns == 0 || now_ns - born > ttl_ns) &&
-        atomic_compare_exchange_strong_explicit(&o->state, &state, OP_FREE, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
-      atomic_fetch_add_explicit(&o->gen, 1, memory_order_relaxed);
+    /* Not straight to FREE: an application thread could claim the slot and hand out a
+     * handle with the old generation before the increment, a handle this sweep then makes
+     * stale (the op's Coll event would start a second op). */
+    if ((state == OP_OPEN || state == OP_BOUND) && (ttl_ns == 0 || now_ns - born > ttl_ns) &&
+        atomic_compare_exchange_strong_explicit(&o->state, &state, OP_RELEASING,
+                                                memory_order_acq_rel, memory_order_relaxed)) {
+      op_release(o);
       ADD(ops_unjoined, 1);
     }
   }

@@ -20,7 +20,8 @@ struct event;
  * published in a table indexed by correlation id; the worker takes the ops of each kernel
  * record it decodes (nccl_worker_event), before the consumers see the event, and the
  * consumers read them back with nccl_current. Ops that never meet a kernel (graph-captured
- * calls, a launch the agent did not see) are released after NCCL_OP_TTL_NS and counted.
+ * calls, a launch the agent did not see) are released after NCCL_OP_TTL_NS and counted; those
+ * of a KernelLaunch bracket that closed without a launch the agent saw are released at once.
  */
 
 /* Event types of the NCCL profiler API (cupti.md 4.3). */
@@ -45,7 +46,9 @@ enum nccl_event_type {
 #define NCCL_MASK_LEGACY (NCCL_EV_COLL | NCCL_EV_P2P)
 
 #define NCCL_MAX_COMMS 256u
-#define NCCL_MAX_OPS_PER_KERNEL 64u
+/* Ops one kernel can carry to the consumers: an all-to-all of a 1024-rank job puts 2046 p2p
+ * ops into one kernel. The worker's array for them grows on demand (agent/nccl.c). */
+#define NCCL_MAX_OPS_PER_KERNEL 4096u
 #define NCCL_OP_TTL_NS (60ull * 1000000000ull)
 #define NCCL_DEFAULT_POOL 16384u
 
@@ -108,7 +111,9 @@ void nccl_set_tracing(int on);
 
 /* ---- plugin side (cupti/nccl_plugin.c), any thread ---- */
 
-/* A communicator; NULL when the table is full (counted). Not a hot path. */
+/* A communicator; NULL when the table is full (counted). The same communicator initialised
+ * again (hash, rank, size and name equal: a comm destroyed and re-created from the same unique
+ * id) gets its old entry back. Not a hot path. */
 struct nccl_comm_slot;
 struct nccl_comm_slot *nccl_comm_add(uint64_t hash, const char *name, int nnodes, int nranks,
                                      int rank);

@@ -20,7 +20,7 @@
 #include "export/pyroscope.h"
 #include "gpuprof/gpuprof.h"
 
-#define N_KINDS 3
+#define N_KINDS 4
 #define BACKOFF_MIN_NS (500ull * 1000000ull)
 #define BACKOFF_MAX_NS (30ull * 1000000000ull)
 /* Pyroscope rejects profiles whose time is older than 1 h (formats.md §2.4): keep a margin. */
@@ -30,7 +30,7 @@
 #define JOIN_GRACE_NS (2000ull * 1000000ull)
 #define MAX_REJECTION_LOGS 5
 
-static const char *const kinds[N_KINDS] = {"gpu_time", "gpu_memory", "memcpy"};
+static const char *const kinds[N_KINDS] = {"gpu_time", "gpu_memory", "memcpy", "nccl"};
 
 struct entry {
   uint8_t *data;

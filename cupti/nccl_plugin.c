@@ -218,10 +218,10 @@ static int plugin_usable(int *mask)
 {
   int state = atomic_load_explicit(&agent_state_word, memory_order_acquire);
 
-  if (mask)
-    *mask = 0;
   if (state == AGENT_ACTIVE || state == AGENT_STARTING)
     return 1;
+  if (mask)
+    *mask = 0;
   if (state == AGENT_UNINIT)
     log_warn_once("NCCL_PROFILER_PLUGIN loads gpuprof, but CUDA_INJECTION64_PATH did not: NCCL "
                   "operations are not recorded (set CUDA_INJECTION64_PATH to the same path)");
@@ -240,8 +240,10 @@ static ncclResult_t init_comm(void **context, int *mask, uint64_t hash, const ch
   if (!context || !mask || !plugin_usable(mask) || !guard_enter(&saved))
     return ncclSuccess;
   *context = nccl_comm_add(hash, name, nnodes, nranks, rank);
-  if (*context)
-    *mask = nccl_plugin_mask(mask, legacy);
+  /* Even for a communicator the table has no room for (its events come with a NULL context
+   * and are ignored): the mask is one int for the whole process, and 0 here would switch off
+   * the events of every other communicator. */
+  *mask = nccl_plugin_mask(mask, legacy);
   guard_leave(saved);
   return ncclSuccess;
 }

@@ -951,6 +951,11 @@ static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *
     ann_named_uint(&a[na++], "rank", (uint64_t)nc->rank);
     ann_named_uint(&a[na++], "nranks", (uint64_t)nc->nranks);
     ann_named_uint(&a[na++], "stream", nc->stream);
+    if (nc->group_ops > 1) {
+      /* The interval is the op's share of a grouped kernel, not when it ran. */
+      ann_named_uint(&a[na++], "group_ops", nc->group_ops);
+      ann_named_uint(&a[na++], "kernel_ns", nc->kernel_ns);
+    }
     for (size_t i = 0; i < na; i++)
       ap[i] = &a[i];
     be->n_debug_annotations = na;

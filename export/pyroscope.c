@@ -29,6 +29,7 @@ const char *pyroscope_series_name(const char *kind)
       {"gpu_time", "gpu"},
       {"gpu_memory", "gpu_memory"},
       {"memcpy", "gpu_memcpy"},
+      {"nccl", "gpu_nccl"},
   };
 
   if (!kind)

@@ -135,10 +135,12 @@ int trace_writer_gpu_slice(struct trace_writer *w, const struct trace_gpu_slice 
 
 /*
  * One NCCL operation (collective or point-to-point) on its communicator's track in the GPU
- * process of the device that ran it: "NCCL comm <label> rank <r>/<n>", above the streams. The
- * slice spans the GPU execution of the kernel that ran it; ops grouped into one kernel share
- * its interval (each later one starts 1 ns after the previous on the track, so that they nest
- * as track_fit keeps every GPU track). Strings are copied or used only during the call.
+ * process of the device that ran it: "NCCL comm <label> rank <r>/<n>", above the streams. A
+ * kernel that ran one op: the slice spans the kernel. Ops grouped into one kernel: the caller
+ * lays them out one after another inside the kernel's interval, each its share of the
+ * kernel's time (siblings that tile the kernel, not a staircase of nested slices that a large
+ * group would make hundreds deep), with group_ops and kernel_ns telling so. Strings are
+ * copied or used only during the call.
  */
 struct trace_nccl_slice {
   uint64_t start_ns, end_ns;
@@ -153,8 +155,10 @@ struct trace_nccl_slice {
   int32_t root, peer; /* -1: none */
   uint64_t seq;       /* UINT64_MAX: none */
   uint32_t nchannels;
-  uint32_t stream;  /* the kernel's stream */
-  uint32_t corr_id; /* the kernel launch's correlation id */
+  uint32_t stream;    /* the kernel's stream */
+  uint32_t corr_id;   /* the kernel launch's correlation id */
+  uint32_t group_ops; /* ops the kernel ran; > 1: args group_ops and kernel_ns are written */
+  uint64_t kernel_ns; /* the kernel's duration */
 };
 int trace_writer_nccl_slice(struct trace_writer *w, const struct trace_nccl_slice *s);
 

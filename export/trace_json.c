@@ -374,7 +374,15 @@ static char *put_nccl_args(char *p, const struct trace_nccl_slice *n)
   p = PUT(p, ",\"nranks\":");
   p = put_i64(p, n->nranks);
   p = PUT(p, ",\"stream\":");
-  return put_u64(p, n->stream);
+  p = put_u64(p, n->stream);
+  if (n->group_ops > 1) {
+    /* The interval is the op's share of a grouped kernel, not when it ran. */
+    p = PUT(p, ",\"group_ops\":");
+    p = put_u64(p, n->group_ops);
+    p = PUT(p, ",\"kernel_ns\":");
+    p = put_u64(p, n->kernel_ns);
+  }
+  return p;
 }
 
 static const char *slice_cat(const struct trace_track *t, const struct trace_slice *s)

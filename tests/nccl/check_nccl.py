@@ -35,25 +35,29 @@ K_SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 K_BCAST = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 COLL = {"algo": "RING", "proto": "LL", "nChannels": 2}
-# (track, slice name, kernel, index of the op in its kernel, arguments): in the order written.
+# (track, slice name, kernel, offset in the kernel, duration, arguments): in the order written.
+# The ops of a grouped kernel follow one another inside it, each its share of the kernel's
+# time (90001 ns: 45001 + 45000), with the arguments group_ops and kernel_ns.
+GROUP2_F32 = {"group_ops": 2, "kernel_ns": 90001}
+GROUP2_SR = {"group_ops": 2, "kernel_ns": 30000}
 SLICES = [
-    (TP_TRACK, "AllReduce", K_AR_BF16, 0,
+    (TP_TRACK, "AllReduce", K_AR_BF16, 0, 100000,
      {"count": 524288, "datatype": "ncclBfloat16", "bytes": 1048576, "seq": 0, **COLL,
       "comm": TP, "rank": 0, "nranks": 2}),
-    (TP_TRACK, "AllReduce", K_AR_F32, 0,
+    (TP_TRACK, "AllReduce", K_AR_F32, 0, 45001,
      {"count": 1000, "datatype": "ncclFloat32", "bytes": 4000, "seq": 1, **COLL, "comm": TP,
-      "rank": 0, "nranks": 2}),
+      "rank": 0, "nranks": 2, **GROUP2_F32}),
     # The API's count and datatype, not the Coll event's bytes of ncclInt8.
-    (TP_TRACK, "AllGather", K_AR_F32, 1,
+    (TP_TRACK, "AllGather", K_AR_F32, 45001, 45000,
      {"count": 2048, "datatype": "ncclBfloat16", "bytes": 4096, "seq": 0, **COLL, "comm": TP,
-      "rank": 0, "nranks": 2}),
-    (TP_TRACK, "Send", K_SENDRECV, 0,
+      "rank": 0, "nranks": 2, **GROUP2_F32}),
+    (TP_TRACK, "Send", K_SENDRECV, 0, 15000,
      {"count": 1024, "datatype": "ncclFloat32", "bytes": 4096, "peer": 1, "nChannels": 2,
-      "comm": TP, "rank": 0, "nranks": 2}),
-    (TP_TRACK, "Recv", K_SENDRECV, 1,
+      "comm": TP, "rank": 0, "nranks": 2, **GROUP2_SR}),
+    (TP_TRACK, "Recv", K_SENDRECV, 15000, 15000,
      {"count": 1024, "datatype": "ncclFloat32", "bytes": 4096, "peer": 1, "nChannels": 2,
-      "comm": TP, "rank": 0, "nranks": 2}),
-    (DP_TRACK, "Broadcast", K_BCAST, 0,
+      "comm": TP, "rank": 0, "nranks": 2, **GROUP2_SR}),
+    (DP_TRACK, "Broadcast", K_BCAST, 0, 20000,
      {"count": 4096, "datatype": "ncclFloat16", "bytes": 8192, "root": 1, "seq": 0, **COLL,
       "comm": DP, "rank": 1, "nranks": 4}),
 ]
@@ -99,7 +103,35 @@ SUMMARY = {
 }
 SUMMARY["noinject"] = None  # the agent never started: no summary at all
 MASK = {"noinject": "noinject mask 0x0", "main": "v5 mask 0xe06", "overflow": "v5 mask 0xe06", "v4": "v4 mask 0x6",
-        "v3": "v3 mask 0x6"}
+        "v3": "v3 mask 0x6", "unseen": "v5 mask 0xe06", "alltoall": "v5 mask 0xe06",
+        # An init past the communicator table leaves the process-wide mask on.
+        "full": "table full: mask 0xe06"}
+
+AR_BF16 = {"AllReduce": {"ops": 1, "bytes": 1048576, "gpu_time_ns": 100000}}
+# A bracket closed without a launch, then sim_allreduce: the first op is released unjoined,
+# the second kernel carries only its own op. Ignored: 2 GroupApi, 1 Group.
+SUMMARY["unseen"] = {"comms": 1, "ops": 2, "ops_joined": 1, "ops_unjoined": 1, "ops_dropped": 0,
+                     "ignored_events": 3, "kernels": 1, **COUNTS, "funcs": AR_BF16}
+PPROF["unseen"] = {(("nccl:AllReduce", "start", "coll_api", "sim_allreduce", "sim_unseen", "main"),
+                    "tp"): [1, 1048576, 100000]}
+# 130 p2p ops in one kernel of 130013 ns: shares of 1001 ns for the first 13 (7 Send, 6 Recv),
+# 1000 for the others.
+A2A_PEERS = 65
+A2A_NS = 130013
+SUMMARY["alltoall"] = {"comms": 1, "ops": 130, "ops_joined": 130, "ops_unjoined": 0,
+                       "ops_dropped": 0, "ignored_events": 2, "kernels": 1, **COUNTS,
+                       "funcs": {"Send": {"ops": 65, "bytes": 66560, "gpu_time_ns": 65007},
+                                 "Recv": {"ops": 65, "bytes": 66560, "gpu_time_ns": 65006}}}
+PPROF["alltoall"] = {
+    (("nccl:Send", "start", "p2p_api", "sim_alltoall", "main"), "tp"): [65, 66560, 65007],
+    (("nccl:Recv", "start", "p2p_api", "sim_alltoall", "main"), "tp"): [65, 66560, 65006],
+}
+# 256 entries: tp re-initialised keeps its entry, the 257th init is dropped.
+SUMMARY["full"] = {"comms": 256, "ops": 1, "ops_joined": 1, "ops_unjoined": 0, "ops_dropped": 0,
+                   "ignored_events": 2, "kernels": 1, **dict(COUNTS, comms_dropped=1),
+                   "funcs": AR_BF16}
+PPROF["full"] = {(("nccl:AllReduce", "start", "coll_api", "sim_allreduce", "main"), "tp"):
+                 [1, 1048576, 100000]}
 
 
 # case api: nccl_api_e2e on the NCCL double. The comm has no name (its label is its hash) and
@@ -123,8 +155,9 @@ def split_ok(times, total):
                                        for t in times)
 
 
-def check_api_pprof(c, pid):
-    files = nccl_profiles(pid)
+def check_api_pprof(c, pid, files=None, api_ops=None):
+    files = nccl_profiles(pid) if files is None else files
+    api_ops = api_ops or API_OPS
     c.eq("nccl profile files", len(files), 1)
     if len(files) != 1:
         return
@@ -132,13 +165,13 @@ def check_api_pprof(c, pid):
     c.eq("nccl: sample types", prof.get("types"), NCCL_TYPES)
     got = {}
     for s in prof["samples"]:
-        fn = next((f for f in s["functions"] if f in API_OPS), None)
+        fn = next((f for f in s["functions"] if f in api_ops), None)
         c.true(f"nccl: comm label {s['labels'].get('comm')} is a hash",
                re.fullmatch(r"[0-9a-f]{16}", s["labels"].get("comm", "")) is not None)
         got.setdefault((s["functions"][0], fn), []).append(s["values"])
-    want = {(f"nccl:{op[0]}", fn) for fn, ops in API_OPS.items() for op in ops}
+    want = {(f"nccl:{op[0]}", fn) for fn, ops in api_ops.items() for op in ops}
     c.eq("nccl: samples by (leaf, caller)", sorted(got), sorted(want))
-    for fn, ops in API_OPS.items():
+    for fn, ops in api_ops.items():
         times = []
         for op in ops:
             vals = got.get((f"nccl:{op[0]}", fn), [[0, 0, 0]])
@@ -148,24 +181,35 @@ def check_api_pprof(c, pid):
         c.true(f"nccl: {fn}'s ops split {total} ns: {times}", split_ok(times, total))
 
 
-def check_api_slices(c, slices, what):
+def check_api_slices(c, slices, what, api_ops=None):
+    api_ops = api_ops or API_OPS
     kernels = kernel_slices(slices)
     ops = [(t, n, s, e, a) for t, n, s, e, a in slices if t.startswith("NCCL comm")]
     tracks = {t for t, *_ in ops}
     c.eq(f"{what}: NCCL tracks", len(tracks), 1)
     c.true(f"{what}: track name {tracks}",
            all(re.fullmatch(r"NCCL comm [0-9a-f]{16} rank 0/2", t) for t in tracks))
-    c.eq(f"{what}: NCCL slices", len(ops), 5)
-    for fn, want_ops in API_OPS.items():
+    c.eq(f"{what}: NCCL slices", len(ops), sum(len(v) for v in api_ops.values()))
+    for fn, want_ops in api_ops.items():
         k = want_ops[0][6]
         ks, ke, kcorr = kernels.get(k, (None, None, None))
-        c.eq(f"{what}: {k} duration", (ke - ks) if ks is not None else None, API_KERNEL_NS[k])
+        total = API_KERNEL_NS[k]
+        c.eq(f"{what}: {k} duration", (ke - ks) if ks is not None else None, total)
         mine = sorted((o for o in ops if o[4].get("correlation") == kcorr), key=lambda o: o[2])
-        c.eq(f"{what}: {fn}: ops of kernel {k}", sorted(o[1] for o in mine),
-             sorted(w[0] for w in want_ops))
+        # NCCL's order in the plan (API_OPS lists it): the larger collective first, the send
+        # before the recv; each op its share of the kernel, one after another.
+        c.eq(f"{what}: {fn}: ops of kernel {k} in time order", [o[1] for o in mine],
+             [w[0] for w in want_ops])
+        at = ks
         for i, o in enumerate(mine):
+            share = total // len(mine) + (1 if i < total % len(mine) else 0)
             c.eq(f"{what}: {fn} {o[1]}: interval", (o[2], o[3]),
-                 (ks + i if ks is not None else None, ke))
+                 (at, at + share) if at is not None else None)
+            at = at + share if at is not None else None
+            group = ({"group_ops": len(mine), "kernel_ns": total} if len(mine) > 1 else
+                     {"group_ops": None, "kernel_ns": None})
+            c.eq(f"{what}: {fn} {o[1]}: group arguments",
+                 {key: o[4].get(key) for key in group}, group)
             w = next((w for w in want_ops if w[0] == o[1]), None)
             if not w:
                 continue
@@ -177,6 +221,121 @@ def check_api_slices(c, slices, what):
                  (a.get("rank"), a.get("nranks"), a.get("nChannels")), (0, 2, 2))
 
 
+# case initall: nccl_api_e2e initall, 3 iterations of a group with an AllReduce (4096 f32,
+# 50 us kernels) on each comm of one ncclCommInitAll (ranks 0/1 on devices 0/1, one hash).
+# Ignored: 3 GroupApi, 6 Group.
+SUMMARY["initall"] = {"comms": 2, "ops": 6, "ops_joined": 6, "ops_unjoined": 0, "ops_dropped": 0,
+                      "ignored_events": 9, "kernels": 6, **COUNTS,
+                      "funcs": {"AllReduce": {"ops": 6, "bytes": 98304, "gpu_time_ns": 300000}}}
+PPROF["initall"] = "initall"
+
+
+def check_initall_pprof(c, pid):
+    files = nccl_profiles(pid)
+    c.eq("nccl profile files", len(files), 1)
+    if len(files) != 1:
+        return
+    prof = read_profile(files[0])
+    got = {}
+    for s in prof["samples"]:
+        caller = next((f for f in s["functions"] if f == "e2e_pair"), None)
+        key = (s["functions"][0], caller, s["labels"].get("gpu"))
+        got[key] = [a + b for a, b in zip(got.get(key, [0, 0, 0]), s["values"])]
+        c.true(f"nccl: comm label {s['labels'].get('comm')} is a hash",
+               re.fullmatch(r"[0-9a-f]{16}", s["labels"].get("comm", "")) is not None)
+    c.eq("nccl: values by (leaf, caller, gpu)", got,
+         {("nccl:AllReduce", "e2e_pair", g): [3, 49152, 150000] for g in ("0", "1")})
+
+
+def check_initall_slices(c, slices, what):
+    """Each comm's ops on its own track, in its device's GPU process, joined to its kernel."""
+    ops = [x for x in slices if x[0].startswith("NCCL comm")]
+    kernels = [x for x in slices if x[1] == K_AR_F32]
+    c.eq(f"{what}: kernels", len(kernels), 6)
+    c.eq(f"{what}: NCCL slices", len(ops), 6)
+    hashes = set()
+    for rank in (0, 1):
+        mine = [x for x in ops if x[0].endswith(f" rank {rank}/2")]
+        c.eq(f"{what}: rank {rank}: ops", [(x[1], x[4].get("seq")) for x in mine],
+             [("AllReduce", i) for i in range(3)])
+        for t, name, s, e, a in mine:
+            hashes.add(t.split()[2])
+            c.true(f"{what}: rank {rank} op in GPU {rank}'s process ({a.get('_process')})",
+                   str(a.get("_process", "")).startswith(f"GPU {rank} "))
+            k = [x for x in kernels if x[4].get("correlation") == a.get("correlation")]
+            c.eq(f"{what}: rank {rank} seq {a.get('seq')}: its kernel (process, interval)",
+                 [(x[4].get("_process"), x[2], x[3]) for x in k], [(a.get("_process"), s, e)])
+            c.eq(f"{what}: rank {rank} seq {a.get('seq')}: args",
+                 [a.get(k_) for k_ in ("count", "datatype", "bytes", "rank", "nranks",
+                                        "group_ops")],
+                 [4096, "ncclFloat32", 16384, rank, 2, None])
+    c.eq(f"{what}: one communicator hash for both ranks", len(hashes), 1)
+
+
+# case ondemand: GPUPROF_MODE=ondemand; an AllReduce before any capture, e2e_allreduce and
+# e2e_grouped in a capture, e2e_sendrecv between captures, e2e_allreduce in a GPU-only capture:
+# only the full capture's 3 ops are recorded. Ignored: 2 GroupApi, 2 Group.
+# NCCL numbers every AllReduce, traced or not: the one before the capture took seq 0.
+ONDEMAND_OPS = {
+    "e2e_allreduce": [("AllReduce", 524288, "ncclBfloat16", 1048576, 1, None, K_AR_BF16)],
+    "e2e_grouped": [("AllReduce", 100000, "ncclFloat32", 400000, 2, None, K_AR_F32),
+                    ("AllGather", 2048, "ncclBfloat16", 4096, 0, None, K_AR_F32)],
+}
+SUMMARY["ondemand"] = {"comms": 1, "ops": 3, "ops_joined": 3, "ops_unjoined": 0, "ops_dropped": 0,
+                       "ignored_events": 4, "kernels": 2, **COUNTS,
+                       "funcs": {"AllReduce": {"ops": 2, "bytes": 1448576, "gpu_time_ns": 145001},
+                                 "AllGather": {"ops": 1, "bytes": 4096, "gpu_time_ns": 45000}}}
+PPROF["ondemand"] = "ondemand"
+
+
+def check_ondemand(c, pid, validator):
+    out = os.environ["GPUPROF_OUTPUT_DIR"]
+    c.eq("no continuous nccl profiles on demand", nccl_profiles(pid), [])
+    check_api_pprof(c, pid, glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture*-nccl.pb.gz")),
+                    ONDEMAND_OPS)
+    traces = sorted(glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture*.json")))
+    c.eq("capture traces", len(traces), 2)
+    full = gpu_only = None
+    for t in traces:
+        got = json_slices(c, t, validator)
+        if any(x[1] == K_AR_F32 for x in got):
+            full = (t, got)
+        else:
+            gpu_only = (t, got)
+    c.true("the full capture's trace", full is not None)
+    c.true("the GPU-only capture's trace", gpu_only is not None)
+    if full:
+        check_api_slices(c, full[1], os.path.basename(full[0]), ONDEMAND_OPS)
+    if gpu_only:
+        what = os.path.basename(gpu_only[0])
+        c.eq(f"{what}: kernels", [x[1] for x in gpu_only[1] if x[1] in API_KERNEL_NS], [K_AR_BF16])
+        c.eq(f"{what}: NCCL slices", [x for x in gpu_only[1] if x[0].startswith("NCCL comm")], [])
+
+
+# case span (on demand): a group whose capture ended before ncclGroupEnd (its bracketed launch
+# unseen), then e2e_allreduce in a second capture: the first op is unjoined, the second
+# capture's kernel carries e2e_allreduce's op only. Ignored: 2 GroupApi, 2 Group.
+SPAN_OPS = {"e2e_allreduce": [("AllReduce", 524288, "ncclBfloat16", 1048576, 1, None, K_AR_BF16)]}
+SUMMARY["span"] = {"comms": 1, "ops": 2, "ops_joined": 1, "ops_unjoined": 1, "ops_dropped": 0,
+                   "ignored_events": 4, "kernels": 1, **COUNTS,
+                   "funcs": {"AllReduce": {"ops": 1, "bytes": 1048576, "gpu_time_ns": 100000}}}
+PPROF["span"] = "span"
+
+
+def check_span(c, pid, validator):
+    out = os.environ["GPUPROF_OUTPUT_DIR"]
+    check_api_pprof(c, pid, glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture*-nccl.pb.gz")),
+                    SPAN_OPS)
+    traces = sorted(glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture*.json")))
+    c.eq("capture traces", len(traces), 2)
+    for t in traces:
+        got = json_slices(c, t, validator)
+        if any(x[1] == K_AR_BF16 for x in got):
+            check_api_slices(c, got, os.path.basename(t), SPAN_OPS)
+        else:
+            c.eq(f"{t}: NCCL slices", [x for x in got if x[0].startswith("NCCL comm")], [])
+
+
 def nccl_profiles(pid):
     out = os.environ["GPUPROF_OUTPUT_DIR"]
     return sorted(glob.glob(os.path.join(out, f"gpuprof-*-{pid}-nccl-*.pb.gz")))
@@ -186,6 +345,11 @@ def check_pprof(c, case, pid):
     if case == "api":
         check_api_pprof(c, pid)
         return
+    if case == "initall":
+        check_initall_pprof(c, pid)
+        return
+    if case in ("ondemand", "span"):
+        return  # check_ondemand, check_span
     files = nccl_profiles(pid)
     want = PPROF[case]
     if want is None:
@@ -224,21 +388,41 @@ def check_slices(c, slices, what):
     c.eq(f"{what}: NCCL slices (track, name)", [(g[0], g[1]) for g in got],
          [(w[0], w[1]) for w in SLICES])
     for g, w in zip(got, SLICES):
-        track, name, kernel, i, args = w
+        track, name, kernel, off, dur, args = w
         ks, ke, kcorr = kernels.get(kernel, (None, None, None))
-        # Ops of one kernel share its interval; on the track each later one starts 1 ns
-        # later so that they nest (trace.c track_fit).
-        c.eq(f"{what}: {name} on {track}: start", g[2], ks + i if ks is not None else None)
-        c.eq(f"{what}: {name} on {track}: end", g[3], ke)
+        c.eq(f"{what}: {name} on {track}: interval", (g[2], g[3]),
+             (ks + off, ks + off + dur) if ks is not None else None)
         want = dict(args, correlation=kcorr, stream=None)
         got_args = {k: g[4].get(k) for k in want}
         c.true(f"{what}: {name}: stream argument {got_args['stream']}",
                got_args["stream"] is not None)
         got_args["stream"] = None
         c.eq(f"{what}: {name} on {track}: arguments", got_args, want)
-        for absent in ("root", "peer", "seq", "algo", "proto"):
+        for absent in ("root", "peer", "seq", "algo", "proto", "group_ops", "kernel_ns"):
             if absent not in args:
                 c.true(f"{what}: {name}: no {absent} argument", absent not in g[4])
+
+
+def check_a2a_slices(c, slices, what):
+    """130 sibling slices that tile the SendRecv kernel in NCCL's order, each its share."""
+    kernels = kernel_slices(slices)
+    ks, ke, kcorr = kernels.get(K_SENDRECV, (None, None, None))
+    c.eq(f"{what}: SendRecv kernel duration", (ke - ks) if ks is not None else None, A2A_NS)
+    got = [(t, n, s, e, a) for t, n, s, e, a in slices if t.startswith("NCCL comm")]
+    n = 2 * A2A_PEERS
+    c.eq(f"{what}: NCCL slices (track, name)", [(g[0], g[1]) for g in got],
+         [(TP_TRACK, "Recv" if i % 2 else "Send") for i in range(n)])
+    if ks is None:
+        return
+    at = ks
+    for i, g in enumerate(got):
+        share = A2A_NS // n + (1 if i < A2A_NS % n else 0)
+        c.eq(f"{what}: op {i} interval", (g[2], g[3]), (at, at + share))
+        at += share
+        c.eq(f"{what}: op {i} peer, group_ops, kernel_ns, correlation",
+             [g[4].get(k) for k in ("peer", "group_ops", "kernel_ns", "correlation")],
+             [1 + i // 2, n, A2A_NS, kcorr])
+    c.eq(f"{what}: the last op ends with the kernel", at, ke)
 
 
 def json_slices(c, path, validator):
@@ -250,6 +434,8 @@ def json_slices(c, path, validator):
     base = int(trace["metadata"]["base_time_ns"])
     tname = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] == "thread_name"}
+    pname = {e["pid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
     out = []
     for e in events:
         if e["ph"] != "X":
@@ -257,6 +443,7 @@ def json_slices(c, path, validator):
         s = base + check_traces.ns_of(e["ts"])
         args = {k: (int(v) if not isinstance(v, str) and k != "bandwidth_gbps" else v)
                 for k, v in e.get("args", {}).items() if not isinstance(v, list)}
+        args["_process"] = pname.get(e["pid"])
         out.append((tname.get((e["pid"], e["tid"]), "?"), e["name"], s,
                     s + check_traces.ns_of(e["dur"]), args))
         if e.get("cat") == "nccl":
@@ -317,10 +504,13 @@ def main():
     proc.stdout, proc.stderr = proc.communicate(timeout=120)
     sys.stderr.write(proc.stderr)
     c.eq("exit status", proc.returncode, 0)
-    done = "nccl_api_e2e: done" if a.case == "api" else f"nccl_plugin_sim {a.case}: done"
+    api = a.case in ("api", "initall", "ondemand", "span")
+    done = "nccl_api_e2e: done" if api else f"nccl_plugin_sim {a.case}: done"
     c.true(f"the program finished ({proc.stdout!r})", done in proc.stdout)
-    if a.case != "api":
+    if not api:
         c.true(f"activation mask: {MASK[a.case]} in {proc.stdout!r}", MASK[a.case] in proc.stdout)
+    if a.case == "full":
+        c.true("tp re-initialised keeps its entry", "re-init: same entry" in proc.stdout)
     if a.case == "noinject":
         lines = proc.stderr.splitlines()
         c.eq("stderr: one line", len(lines), 1)
@@ -337,7 +527,11 @@ def main():
         got = {k: v for k, v in (got or {}).items() if k in SUMMARY["api"]}
     c.eq("summary nccl", got, SUMMARY[a.case])
     check_pprof(c, a.case, proc.pid)
-    if a.format:
+    if a.case == "ondemand":
+        check_ondemand(c, proc.pid, a.validator)
+    elif a.case == "span":
+        check_span(c, proc.pid, a.validator)
+    elif a.format:
         suffix = ".json" if a.format == "json" else ".pftrace"
         traces = glob.glob(os.path.join(out, f"gpuprof-*-{proc.pid}-*-capture{suffix}"))
         c.eq(f"{suffix} traces", len(traces), 1)
@@ -351,6 +545,10 @@ def main():
                 got = pftrace_slices(c, traces[0], a.proto, a.protoc)
             if got is not None and a.case == "api":
                 check_api_slices(c, got, os.path.basename(traces[0]))
+            elif got is not None and a.case == "initall":
+                check_initall_slices(c, got, os.path.basename(traces[0]))
+            elif got is not None and a.case == "alltoall":
+                check_a2a_slices(c, got, os.path.basename(traces[0]))
             elif got is not None:
                 check_slices(c, got, os.path.basename(traces[0]))
     return c.exit_status(f"check_nccl {a.case} {a.format or ''}")

@@ -1,10 +1,17 @@
 /* A program that uses NCCL's API as PyTorch does: one comm, an AllReduce, a grouped pair, a
- * send/recv pair; run against the NCCL double with NCCL_PROFILER_PLUGIN naming the agent. */
+ * send/recv pair; run against the NCCL double with NCCL_PROFILER_PLUGIN naming the agent.
+ * Modes: api (that), initall (the two comms of one ncclCommInitAll driven in one group from
+ * one thread, as samples/nccl_allreduce.cu), ondemand (the same calls inside and outside
+ * captures, one of them GPU-only), span (a group that outlives its capture). */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <nccl.h>
+
+#include "include/gpuprof/gpuprof.h"
 
 #include "tests/fakegpu/fakegpu.h"
 #include "tests/lib/e2e.h"
@@ -46,8 +53,80 @@ static void e2e_sendrecv(ncclComm_t comm, void *a, void *b)
   NC(ncclGroupEnd());
 }
 
-int main(void)
+/* ncclGroupStart; AllReduce on comm0/stream0 and comm1/stream1; ncclGroupEnd: one plan, so
+ * one kernel, per comm (NCCL launches rank 1's first). */
+static void e2e_pair(ncclComm_t *comms, CUstream *st, CUdeviceptr *a, CUdeviceptr *b)
 {
+  NC(ncclGroupStart());
+  for (int i = 0; i < 2; i++)
+    NC(ncclAllReduce((void *)a[i], (void *)b[i], 4096, ncclFloat32, ncclSum, comms[i],
+                     (cudaStream_t)st[i]));
+  NC(ncclGroupEnd());
+}
+
+static int initall(void)
+{
+  CUdevice dev[2];
+  CUcontext ctx[2];
+  CUstream st[2];
+  CUdeviceptr a[2], b[2];
+  ncclComm_t comms[2];
+
+  CU(cuInit(0));
+  for (int i = 0; i < 2; i++) {
+    CU(cuDeviceGet(&dev[i], i));
+    CU(cuDevicePrimaryCtxRetain(&ctx[i], dev[i]));
+    CU(cuCtxSetCurrent(ctx[i]));
+    CU(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    CU(cuMemAlloc(&a[i], 1u << 20));
+    CU(cuMemAlloc(&b[i], 1u << 20));
+  }
+  CU(cuCtxSetCurrent(ctx[0]));
+  fakegpu_set_kernel_duration_ns(K_AR_F32, 50000);
+  NC(ncclCommInitAll(comms, 2, NULL));
+  for (int it = 0; it < 3; it++)
+    e2e_pair(comms, st, a, b);
+  for (int i = 0; i < 2; i++) {
+    CU(cuCtxSetCurrent(ctx[i]));
+    CU(cuStreamSynchronize(st[i]));
+  }
+  for (int i = 0; i < 2; i++)
+    NC(ncclCommDestroy(comms[i]));
+  for (int i = 0; i < 2; i++) {
+    CU(cuCtxSetCurrent(ctx[i]));
+    CU(cuMemFree(a[i]));
+    CU(cuMemFree(b[i]));
+    CU(cuStreamDestroy(st[i]));
+    CU(cuDevicePrimaryCtxRelease(dev[i]));
+  }
+  printf("nccl_api_e2e: done\n");
+  return 0;
+}
+
+/* gpuprof_capture_start/stop of the agent the driver injected. */
+static int capture(unsigned flags, int on)
+{
+  void *lib = dlopen(getenv("CUDA_INJECTION64_PATH"), RTLD_NOW | RTLD_NOLOAD);
+  int (*start)(unsigned, unsigned) =
+      lib ? (int (*)(unsigned, unsigned))dlsym(lib, "gpuprof_capture_start") : NULL;
+  int (*stop)(void) = lib ? (int (*)(void))dlsym(lib, "gpuprof_capture_stop") : NULL;
+  int rc;
+
+  if (!start || !stop) {
+    fprintf(stderr, "the agent's capture API is not loaded\n");
+    exit(1);
+  }
+  rc = on ? start(600000, flags) : stop();
+  if (rc) {
+    fprintf(stderr, "capture %s: %d\n", on ? "start" : "stop", rc);
+    exit(1);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  const char *mode = argc > 1 ? argv[1] : "api";
   CUdevice dev;
   CUcontext ctx;
   CUstream s;
@@ -55,6 +134,8 @@ int main(void)
   ncclUniqueId id;
   ncclComm_t comm;
 
+  if (!strcmp(mode, "initall"))
+    return initall();
   CU(cuInit(0));
   CU(cuDeviceGet(&dev, 0));
   CU(cuDevicePrimaryCtxRetain(&ctx, dev));
@@ -68,9 +149,41 @@ int main(void)
   fakegpu_set_kernel_duration_ns(K_SENDRECV, 30000);
   NC(ncclGetUniqueId(&id));
   NC(ncclCommInitRank(&comm, 2, id, 0));
-  e2e_allreduce(comm, (void *)a, (void *)b);
-  e2e_grouped(comm, (void *)a, (void *)b);
-  e2e_sendrecv(comm, (void *)a, (void *)b);
+  if (!strcmp(mode, "ondemand")) {
+    /* Outside any capture: NCCL events are off. */
+    e2e_allreduce(comm, (void *)a, (void *)b);
+    CU(cuStreamSynchronize(s));
+    capture(0, 1);
+    e2e_allreduce(comm, (void *)a, (void *)b);
+    e2e_grouped(comm, (void *)a, (void *)b);
+    CU(cuStreamSynchronize(s));
+    capture(0, 0);
+    e2e_sendrecv(comm, (void *)a, (void *)b);
+    CU(cuStreamSynchronize(s));
+    /* GPU-only: the kernel, but no NCCL events (the join needs the API callbacks). */
+    capture(GPUPROF_CAPTURE_GPU_ONLY, 1);
+    e2e_allreduce(comm, (void *)a, (void *)b);
+    CU(cuStreamSynchronize(s));
+    capture(0, 0);
+  } else if (!strcmp(mode, "span")) {
+    /* A user group that outlives its capture: NCCL brackets the group's launch (its task saw
+     * the events on) while the agent no longer sees launches. That op must not join the
+     * next capture's AllReduce kernel. */
+    capture(0, 1);
+    NC(ncclGroupStart());
+    NC(ncclAllReduce((void *)a, (void *)b, 100000, ncclFloat32, ncclSum, comm, stream));
+    capture(0, 0);
+    NC(ncclGroupEnd());
+    CU(cuStreamSynchronize(s));
+    capture(0, 1);
+    e2e_allreduce(comm, (void *)a, (void *)b);
+    CU(cuStreamSynchronize(s));
+    capture(0, 0);
+  } else {
+    e2e_allreduce(comm, (void *)a, (void *)b);
+    e2e_grouped(comm, (void *)a, (void *)b);
+    e2e_sendrecv(comm, (void *)a, (void *)b);
+  }
   CU(cuStreamSynchronize(s));
   NC(ncclCommDestroy(comm));
   CU(cuMemFree(a));

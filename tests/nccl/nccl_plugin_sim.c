@@ -219,6 +219,67 @@ static void sim_broadcast(void *dp)
   stop(G);
 }
 
+static void *init_v5(uint64_t hash, const char *name, int nranks, int rank);
+
+/* A group whose launch the agent does not see (the bracket closes without a driver launch, as
+ * when API callbacks are off by then), then sim_allreduce: the first group's AllReduce must
+ * not join the second group's kernel. */
+static void sim_unseen(void *tp)
+{
+  descr_v5 d = {.type = T_KERNEL_LAUNCH};
+  void *G = group_api(tp, 1), *C, *c, *l;
+
+  C = coll_api(tp, "AllReduce", 1000, "ncclFloat32", 0);
+  stop(C);
+  p5->recordEventState(G, 24, NULL);
+  d.kernelLaunch.stream = stream;
+  l = start(tp, &d);
+  stop(l);
+  c = coll(tp, C, 0, 5, "AllReduce", 1000, "ncclFloat32", 0);
+  stop(c);
+  stop(G);
+  sim_allreduce(tp);
+}
+
+/* An all-to-all of a 66-rank job: 65 Send/Recv pairs in one group, so 130 p2p ops in one
+ * SendRecv kernel (the old bound was 64 ops per kernel). */
+#define A2A_PEERS 65
+static void sim_alltoall(void *tp)
+{
+  void *G = group_api(tp, 2), *api[2 * A2A_PEERS], *task[2 * A2A_PEERS], *g;
+
+  for (int i = 0; i < 2 * A2A_PEERS; i++) {
+    api[i] = p2p_api(tp, i % 2 ? "Recv" : "Send", 256, "ncclFloat32");
+    stop(api[i]);
+  }
+  p5->recordEventState(G, 24, NULL);
+  g = kernel_launch(tp, 2, 130013);
+  for (int i = 0; i < 2 * A2A_PEERS; i++)
+    task[i] = p2p(tp, api[i], 0, i % 2 ? "Recv" : "Send", 256, "ncclFloat32", 1 + i / 2);
+  for (int i = 0; i < 2 * A2A_PEERS; i++)
+    stop(task[i]);
+  stop(g);
+  stop(G);
+}
+
+/* The communicator table (256 entries): tp is initialised again (a comm destroyed and
+ * re-created from the same unique id) and must get its entry back; the table filled, one init
+ * more gets no context, and the process-wide mask must stay on for the others. */
+static void *sim_full(void *tp)
+{
+  void *again, *ctx = (void *)1;
+
+  for (int i = 0; i < 254; i++)
+    init_v5(0x5000 + (uint64_t)i, NULL, 8, 1);
+  again = init_v5(0x1111222233334444ull, "tp", 2, 0);
+  printf("re-init: %s entry\n", again == tp ? "same" : "new");
+  init_v5(0x6000, "last", 8, 1);
+  if (p5->init(&ctx, 0x7000, &mask_word, "extra", 1, 8, 1, NULL) != 0 || ctx)
+    e2e_fail("an init past the table got a context");
+  printf("table full: mask 0x%x\n", mask_word);
+  return again;
+}
+
 /* Types the plugin did not ask for or does not know: no handle, no effect. */
 static void sim_unknown(void *tp)
 {
@@ -348,6 +409,12 @@ int main(int argc, char **argv)
       sim_overflow(tp, 16394);
       if (coll(tp, NULL, 0, 0, "AllReduce", 8, "ncclFloat32", 0))
         e2e_fail("a Coll without its CollApi got a handle");
+    } else if (!strcmp(mode, "unseen")) {
+      sim_unseen(tp);
+    } else if (!strcmp(mode, "alltoall")) {
+      sim_alltoall(tp);
+    } else if (!strcmp(mode, "full")) {
+      sim_allreduce(sim_full(tp));
     } else {
       void *dp = init_v5(0xabcdef0012345678ull, NULL, 4, 1);
       sim_allreduce(tp);

@@ -18,7 +18,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KINDS = ["gpu_time", "gpu_memory", "memcpy"]
-SERIES = {"gpu_time": "gpu", "gpu_memory": "gpu_memory", "memcpy": "gpu_memcpy"}
+SERIES = {"gpu_time": "gpu", "gpu_memory": "gpu_memory", "memcpy": "gpu_memcpy", "nccl": "gpu_nccl"}
 SAMPLE_TYPES = {"gpu_time": ["launches", "gpu_time"], "gpu_memory": ["inuse_objects", "inuse_space"],
                 "memcpy": ["count", "bytes"]}
 ETIMEDOUT = -110

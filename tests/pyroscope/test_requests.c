@@ -11,6 +11,7 @@ static void test_series_names(void)
   CHECK_STR(pyroscope_series_name("gpu_time"), "gpu");
   CHECK_STR(pyroscope_series_name("gpu_memory"), "gpu_memory");
   CHECK_STR(pyroscope_series_name("memcpy"), "gpu_memcpy");
+  CHECK_STR(pyroscope_series_name("nccl"), "gpu_nccl");
   CHECK(pyroscope_series_name("cpu") == NULL);
   CHECK(pyroscope_series_name(NULL) == NULL);
 }
