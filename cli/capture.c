@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/merge.h"
 #include "export/format.h"
 
 #define POLL_INTERVAL_MS 200
@@ -49,13 +50,14 @@ static void usage(FILE *out, int capture)
 {
   fputs(capture ? "usage: gpuprof capture [--pid N | --all] [--duration 60s] [--gpu-only]\n"
                   "                       [--format json|json.gz|perfetto] [--output DIR]"
-                  " [--run-dir DIR]\n"
+                  " [--run-dir DIR] [--merge]\n"
                 : "usage: gpuprof stop [--pid N | --all] [--run-dir DIR]\n",
         out);
 }
 
 struct options {
   int pid, all, gpu_only;
+  int merge; /* --merge: the traces merged into one file too */
   int format;
   uint64_t duration_ns;
   char output[CONTROL_PATH_MAX];
@@ -78,6 +80,10 @@ static int parse_options(const char *cmd, int argc, char **argv, struct options 
     }
     if (capture && strcmp(a, "--gpu-only") == 0) {
       o->gpu_only = 1;
+      continue;
+    }
+    if (capture && strcmp(a, "--merge") == 0) {
+      o->merge = 1;
       continue;
     }
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -389,6 +395,36 @@ static void report(struct target *t, size_t n, int *rc)
   }
 }
 
+/* --merge: the finished captures' traces (not their profiles) in one file, printed last. */
+static void merge_captures(struct target *t, size_t n, int *rc)
+{
+  const char **paths = calloc(n * 8 + 1, sizeof(*paths));
+  char out[PATH_MAX];
+  size_t np = 0;
+  int ret;
+
+  if (!paths) {
+    *rc = worse(*rc, EXIT_ERROR);
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    for (size_t f = 0; t[i].state == T_DONE && f < t[i].st.n_files; f++)
+      if (!strstr(t[i].st.files[f], ".pb.gz"))
+        paths[np++] = t[i].st.files[f];
+  if (!np) {
+    fprintf(stderr, "gpuprof capture: --merge: no trace was written\n");
+    *rc = worse(*rc, EXIT_ERROR);
+  } else if ((ret = merge_traces(NULL, paths, np, out, sizeof(out))) != 0) {
+    /* The files are the agents': a sidecar or another container may not see them. */
+    fprintf(stderr, "gpuprof capture: --merge failed; the traces above are complete, merge "
+                    "them where they can be read: gpuprof merge FILE...\n");
+    *rc = worse(*rc, EXIT_ERROR);
+  } else {
+    printf("%s\n", out);
+  }
+  free(paths);
+}
+
 int cmd_capture(int argc, char **argv)
 {
   struct options o;
@@ -448,6 +484,8 @@ int cmd_capture(int argc, char **argv)
   if (tty)
     fprintf(stderr, "\r\033[K");
   report(t, n, &rc);
+  if (o.merge)
+    merge_captures(t, n, &rc);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   free(t);

@@ -1,4 +1,5 @@
-/* The gpuprof command: runs a program with the agent injected, lists agents, takes captures. */
+/* The gpuprof command: runs a program with the agent injected, lists agents, takes and merges
+ * captures. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <libgen.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/merge.h"
 #include "include/gpuprof/gpuprof.h"
 
 static void usage(FILE *out)
@@ -19,7 +21,9 @@ static void usage(FILE *out)
           "       gpuprof list [--run-dir DIR]\n"
           "       gpuprof capture [--pid N | --all] [--duration 60s] [--gpu-only]\n"
           "                       [--format json|json.gz|perfetto] [--output DIR] [--run-dir DIR]\n"
+          "                       [--merge]\n"
           "       gpuprof stop [--pid N | --all] [--run-dir DIR]\n"
+          "       gpuprof merge [-o OUT] FILE...\n"
           "       gpuprof version\n"
           "\n"
           "run      runs PROGRAM with the gpuprof agent injected (CUDA_INJECTION64_PATH, and\n"
@@ -35,7 +39,10 @@ static void usage(FILE *out)
           "         of them over the same window (--all); shows progress, then prints the files\n"
           "         written (by the agent, in its filesystem: --output DIR, else its\n"
           "         GPUPROF_OUTPUT_DIR). Ctrl-C ends it early.\n"
+          "         --merge: also merges the traces into one file and prints it\n"
           "stop     ends the running capture early\n"
+          "merge    merges capture traces of several processes (JSON, or .pftrace) into one\n"
+          "         trace on one clock (-o OUT, else next to the first); prints the file\n"
           "\n"
           "exit status: 0 ok, 1 error, 2 usage, 3 busy (a capture was running), 4 no agent\n"
           "(docs/CONTROL.md)\n");
@@ -136,6 +143,8 @@ int main(int argc, char **argv)
     return cmd_capture(argc - 2, argv + 2);
   if (strcmp(argv[1], "stop") == 0)
     return cmd_stop(argc - 2, argv + 2);
+  if (strcmp(argv[1], "merge") == 0)
+    return cmd_merge(argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0) {
     printf("gpuprof %s\n", GPUPROF_VERSION_STRING);
     return 0;

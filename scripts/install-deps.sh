@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libunwind-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
-  libcurl4-openssl-dev zlib1g-dev libelf-dev liblz4-dev libzstd-dev libiberty-dev
+  libcurl4-openssl-dev zlib1g-dev libelf-dev liblz4-dev libzstd-dev libiberty-dev libjson-c-dev
   python3 python3-yaml python3-protobuf golang-go patchelf
 )
 

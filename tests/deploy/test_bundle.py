@@ -77,10 +77,12 @@ def main():
         return 1
     real_out = os.path.realpath(out)
 
-    # What the bundle must carry, computed from the build (not from the bundle): the agent's
-    # closure minus the system's and CUDA's libraries.
-    want_libs = {n for n, p in ldd(os.path.join(build, "lib", "libgpuprof.so")).items()
-                 if not SYSTEM.match(n) and n not in CUDA}
+    # What the bundle must carry, computed from the build (not from the bundle): the closure of
+    # the agent and of the gpuprof command (json-c for `gpuprof merge`) minus the system's and
+    # CUDA's libraries.
+    want_libs = {n for f in (os.path.join(build, "lib", "libgpuprof.so"),
+                             os.path.join(build, "bin", "gpuprof"))
+                 for n, p in ldd(f).items() if not SYSTEM.match(n) and n not in CUDA}
     check(want_libs >= {"libunwind.so.8", "libprotobuf-c.so.1", "libelf.so.1", "libz.so.1"},
           f"the agent's own dependencies are found in the build: {sorted(want_libs)}")
     have_libs = set(os.listdir(os.path.join(out, "lib"))) - {"libgpuprof.so"}
@@ -108,7 +110,8 @@ def main():
         check(not bad, f"{rel}: with an empty environment, everything else resolves inside the "
                        f"bundle{': ' + '; '.join(bad) if bad else ''}")
     deps = ldd(os.path.join(out, "lib", "libgpuprof.so"))
-    check(all(deps.get(n) == os.path.join(real_out, "lib", n) for n in want_libs),
+    check(all(deps[n] == os.path.join(real_out, "lib", n) for n in want_libs if n in deps) and
+          {"libunwind.so.8", "libprotobuf-c.so.1", "libelf.so.1", "libz.so.1"} <= set(deps),
           "lib/libgpuprof.so loads libunwind, libprotobuf-c, libelf, libz... from bundle/lib")
 
     # The bundle's own check (which gpu-verify.sh --bundle runs on the device) must catch a

@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Tests of `gpuprof merge` (cli/merge.c) and `gpuprof capture --all --merge`.
+
+Usage:
+  check_merge.py captures --gpuprof BIN --workload BIN --validator PY --proto P [--protoc B]
+  check_merge.py fixture  --gpuprof BIN --fixture BIN --validator PY --proto P [--protoc B] --outdir D
+  check_merge.py errors   --gpuprof BIN --fixture BIN --outdir D
+
+captures  two workload processes (tests/control/workload.c) under the agent are captured with
+          `capture --all --merge` in json, json.gz and perfetto; each merged trace is checked
+          against its inputs: every slice of each input appears once, on its input's process
+          and track, with its name and absolute time in ns; every flow binds the same two
+          slices as before, under an id no other input uses; GPU processes are named with
+          their input's pid; validate_trace.py accepts every JSON file.
+fixture   tests/trace/trace_fixture's trace (the same content in all three formats, pid 4242)
+          merged with a copy of itself: the two pid-4242 inputs stay two processes; a copy
+          with its base moved by 1 234 567 ns lands that much later, to the ns; the merged
+          .pftrace (decoded with protoc) holds the same slices and flows as the merged JSON.
+errors    inputs that are not the agent's traces, unfinished JSON, mixed families, a bad -o:
+          exit status 2 and one line naming the file; a .pftrace cut inside its last packet
+          is merged without that packet, with a warning.
+"""
+
+import argparse
+import collections
+import decimal
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "trace"))
+sys.path.insert(0, os.path.join(HERE, "..", "control"))
+import check_traces  # noqa: E402
+
+SEQ_STRIDE = 65536 + 3
+ID_SHIFT = 32
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print("FAIL: " + msg, file=sys.stderr)
+    return cond
+
+
+def gpu_pid(host, dev):
+    return 0x40000000 | ((host & 0x3FFFFF) << 8) | (dev & 0xFF)
+
+
+def ns_of(text):
+    return int((decimal.Decimal(str(text)) * 1000).to_integral_value())
+
+
+def load_json(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data, parse_float=decimal.Decimal)
+
+
+def validate(args, path):
+    r = subprocess.run([sys.executable, args.validator, path], capture_output=True, text=True)
+    check(r.returncode == 0, "%s does not validate: %s %s" % (path, r.stdout[-1500:],
+                                                              r.stderr[-1500:]))
+
+
+def json_content(events, base, pid_map=None, id_map=None):
+    """Slices and flows of a JSON trace with absolute ns times.
+
+    slices: Counter of (pid, tid, name, cat, start, dur, correlation)
+    flows: {id: (s slice, f slice)}, each end bound to the X written just before it on its
+    track (the writer writes a flow right after its slice)."""
+    pid_map = pid_map or (lambda p: p)
+    id_map = id_map or (lambda i: i)
+    slices = collections.Counter()
+    flows = collections.defaultdict(dict)
+    last = {}
+    for e in events:
+        ph = e.get("ph")
+        if ph == "X":
+            key = (pid_map(e["pid"]), e["tid"], e["name"], e.get("cat"),
+                   base + ns_of(e["ts"]), ns_of(e["dur"]),
+                   id_map(e.get("args", {}).get("correlation", 0)))
+            slices[key] += 1
+            last[(e["pid"], e["tid"])] = key
+        elif ph in ("s", "f"):
+            fid = id_map(e["id"])
+            check(ph not in flows[fid], "flow id %d has two %s ends" % (fid, ph))
+            flows[fid][ph] = last.get((e["pid"], e["tid"]))
+            check(flows[fid][ph] is not None and flows[fid][ph][4] == base + ns_of(e["ts"]),
+                  "flow %d %s does not follow its slice" % (fid, ph))
+    return slices, dict(flows)
+
+
+def check_json_merge(args, merged, inputs):
+    """Every input slice and flow is in the merged JSON, remapped, and nothing else is."""
+    validate(args, merged)
+    m = load_json(merged)
+    meta = m["metadata"]
+    base = int(meta["base_time_ns"])
+    check(len(meta["inputs"]) == len(inputs), "%s lists %d inputs" % (merged, len(meta["inputs"])))
+    want_s, want_f = collections.Counter(), {}
+    for k, path in enumerate(inputs):
+        t = load_json(path)
+        ent = meta["inputs"][k]
+        check(os.path.samefile(ent["file"], path), "input %d is %s" % (k, ent["file"]))
+        for key in ("pid", "base_time_ns", "events", "command_line", "capture_end_ns"):
+            check(ent["metadata"].get(key) == t["metadata"].get(key),
+                  "input %d metadata %s: %r, file has %r" % (k, key, ent["metadata"].get(key),
+                                                             t["metadata"].get(key)))
+        check(int(meta["base_time_ns"]) <= int(t["metadata"]["base_time_ns"]),
+              "merged base after input %d's" % k)
+        pid, new = t["metadata"]["pid"], ent["merged_pid"]
+
+        def pmap(p, pid=pid, new=new):
+            if p == pid:
+                return new
+            check(p == gpu_pid(pid, p & 0xFF), "input pid %d" % p)
+            return gpu_pid(new, p & 0xFF)
+
+        s, f = json_content(t["traceEvents"], int(t["metadata"]["base_time_ns"]), pmap,
+                            lambda i, k=k: (k << ID_SHIFT) + i if i else 0)
+        check(sum(s.values()) > 0, "input %s has no slices" % path)
+        want_s.update(s)
+        for fid, ends in f.items():
+            check(fid not in want_f, "flow id %d used by two inputs after the merge" % fid)
+            want_f[fid] = ends
+        names = {e["pid"]: e["args"]["name"] for e in m["traceEvents"]
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+        for p, nm in names.items():
+            if p >> 30 and ((p >> 8) & 0x3FFFFF) == (new & 0x3FFFFF):
+                check(("pid %d" % pid) in nm, "GPU process %r lacks 'pid %d'" % (nm, pid))
+    got_s, got_f = json_content(m["traceEvents"], base)
+    check(got_s == want_s, "%s: slices differ from the inputs': missing %s, extra %s" % (
+        merged, list((want_s - got_s).items())[:3], list((got_s - want_s).items())[:3]))
+    check(got_f == want_f, "%s: flows differ from the inputs' (%d vs %d)" % (
+        merged, len(got_f), len(want_f)))
+    return m
+
+
+def pf_content(path, args, kmap=None):
+    """Slices and flows of a .pftrace, keyed by track uuid mapped through kmap."""
+    trace = check_traces.decode_pftrace(path, args.proto, args.protoc)
+    tracks, slices, counters, instants, open_ = check_traces.rebuild(trace, path)
+    kmap = kmap or (lambda u: u)
+    out = collections.Counter()
+    flows = collections.defaultdict(dict)
+    for uuid, lst in slices.items():
+        for name, start, end, b in lst:
+            key = (kmap(uuid), name, start, end, b["corr"])
+            out[key] += 1
+            for f in b["flow"]:
+                flows[f]["s"] = key
+            for f in b["term"]:
+                flows[f]["f"] = key
+    return tracks, out, dict(flows), instants
+
+
+def check_pf_merge(args, merged, inputs):
+    if not args.protoc:
+        check(False, "protoc not found: install protobuf-compiler")
+        return None
+    mtracks, got_s, got_f, instants = pf_content(merged, args)
+    want_s, want_f = collections.Counter(), {}
+    pids = {}
+    for k, path in enumerate(inputs):
+        tracks, s, f, inst = pf_content(path, args, lambda u, k=k: k * SEQ_STRIDE + u)
+        for (u, name, start, end, corr), c in s.items():
+            want_s[(u, name, start, end, (k << ID_SHIFT) + corr if corr else corr)] += c
+        for fid, ends in f.items():
+            ends = {p: (e[0], e[1], e[2], e[3], (k << ID_SHIFT) + e[4] if e[4] else e[4])
+                    for p, e in ends.items()}
+            nid = (k << ID_SHIFT) + fid
+            check(nid not in want_f, "flow id collides")
+            want_f[nid] = ends
+        for uuid, d in tracks.items():
+            nd = mtracks.get(k * SEQ_STRIDE + uuid)
+            if not check(nd is not None, "track %d of input %d missing" % (uuid, k)):
+                continue
+            proc = check_traces.one(d, "process")
+            if proc is not None:
+                pids[k] = check_traces.one(check_traces.one(nd, "process"), "pid")
+            name = check_traces.one(d, "name", "")
+            if name.startswith("GPU ") and "parent_uuid" not in d:
+                start = [i for i in inst if i["name"] == "trace start"][0]
+                check("pid %d" % start["args"]["pid"] in check_traces.one(nd, "name"),
+                      "GPU track %r not named with its pid" % check_traces.one(nd, "name"))
+    check(got_s == want_s, "%s: slices differ from the inputs': missing %s, extra %s" % (
+        merged, list((want_s - got_s).items())[:3], list((got_s - want_s).items())[:3]))
+    check(got_f == want_f, "%s: flows differ (%d vs %d)" % (merged, len(got_f), len(want_f)))
+    check(len(set(pids.values())) == len(inputs), "host pids not distinct: %r" % pids)
+    merge = [i for i in instants if i["name"] == "merged traces"]
+    check(len(merge) == 1 and merge[0]["args"].get("inputs") == len(inputs),
+          "no 'merged traces' instant listing %d inputs" % len(inputs))
+    return mtracks, got_s, got_f
+
+
+def run(args, *argv, expect=0):
+    r = subprocess.run([args.gpuprof] + list(argv), capture_output=True, text=True, timeout=300)
+    print("$ gpuprof %s -> %d\n%s%s" % (" ".join(argv), r.returncode, r.stdout, r.stderr))
+    check(r.returncode == expect, "gpuprof %s exited %d, expected %d" % (
+        " ".join(argv), r.returncode, expect))
+    return r
+
+
+# ---- captures ----
+
+def scenario_captures(args):
+    import run_capture  # tests/control: the workloads and the command's driver
+    run_capture.WAIT_S = 30
+
+    class A:
+        pass
+    a = A()
+    a.gpuprof, a.workload, a.validator = args.gpuprof, args.workload, args.validator
+    w = run_capture.Workloads(a, 2)
+    try:
+        for fmt in ("json", "json.gz", "perfetto"):
+            r = w.gpuprof("capture", "--all", "--merge", "--duration", "1500ms", "--format", fmt,
+                          "--output", os.path.join(w.traces, fmt))
+            files = r.stdout.splitlines()
+            traces = [f for f in files[:-1] if not f.endswith(".pb.gz")]
+            merged = files[-1]
+            check(len(traces) == 2, "%s: capture printed %d traces" % (fmt, len(traces)))
+            check(os.path.basename(merged).startswith("gpuprof-merged-"),
+                  "%s: last line %s is not the merged file" % (fmt, merged))
+            for p in w.pids():
+                mine = [f for f in traces if "-%d-" % p in os.path.basename(f)]
+                check(len(mine) == 1, "%s: pid %d has %d traces" % (fmt, p, len(mine)))
+            if fmt == "perfetto":
+                check(merged.endswith(".pftrace"), "merged %s" % merged)
+                check_pf_merge(args, merged, traces)
+            else:
+                check(merged.endswith(".json.gz" if fmt == "json.gz" else ".json"),
+                      "merged %s" % merged)
+                for t in traces:
+                    validate(args, t)
+                m = check_json_merge(args, merged, traces)
+                pids = sorted(e["merged_pid"] for e in m["metadata"]["inputs"])
+                check(pids == sorted(w.pids()), "merged pids %r, processes %r" % (pids, w.pids()))
+                kernels = collections.Counter(e["name"] for e in m["traceEvents"]
+                                              if e.get("cat") == "kernel")
+                for kn in run_capture.KERNELS:
+                    check(kernels[kn] >= 2, "%s: kernel %s %d times" % (fmt, kn, kernels[kn]))
+    finally:
+        w.finish()
+
+
+# ---- fixture ----
+
+def shifted_copy(src, dst, shift):
+    """A copy of a closed .json trace whose base_time_ns is later by shift ns."""
+    with open(src) as f:
+        text = f.read()
+    head, sep, tail = text.partition('"metadata":{"base_time_ns":')
+    num = tail.split(",", 1)[0]
+    with open(dst, "w") as f:
+        f.write(head + sep + str(int(num) + shift) + tail[len(num):])
+
+
+def scenario_fixture(args):
+    out = args.outdir
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    r = subprocess.run([args.fixture, out], capture_output=True, text=True)
+    check(r.returncode == 0, "trace_fixture failed: %s" % r.stderr[-500:])
+    fx = lambda s: os.path.join(out, "fixture" + s)  # noqa: E731
+    shutil.copy(fx(".json.gz"), os.path.join(out, "copy.json.gz"))
+    shutil.copy(fx(".pftrace"), os.path.join(out, "copy.pftrace"))
+    shifted_copy(fx(".json"), os.path.join(out, "shifted.json"), 1234567)
+
+    # Two pid-4242 inputs, JSON and gzip JSON: two processes, ids apart.
+    mj = os.path.join(out, "same.json")
+    run(args, "merge", "-o", mj, fx(".json"), os.path.join(out, "copy.json.gz"))
+    m = check_json_merge(args, mj, [fx(".json"), os.path.join(out, "copy.json.gz")])
+    pids = [e["merged_pid"] for e in m["metadata"]["inputs"]]
+    check(pids[0] == 4242 and pids[1] != 4242, "same-pid inputs merged as pids %r" % pids)
+    procs = {e["pid"]: e["args"]["name"] for e in m["traceEvents"]
+             if e.get("ph") == "M" and e["name"] == "process_name"}
+    check(len(procs) == 6, "6 processes expected (2 x host + 2 GPUs): %r" % procs)
+    check(procs.get(pids[1], "").endswith("(pid 4242)"), "renamed host: %r" % procs)
+    sort = {e["pid"]: e["args"]["sort_index"] for e in m["traceEvents"]
+            if e.get("ph") == "M" and e["name"] == "process_sort_index"}
+    check(max(v for p, v in sort.items() if p in (pids[0], gpu_pid(pids[0], 0), gpu_pid(pids[0], 1)))
+          < min(v for p, v in sort.items() if p in (pids[1], gpu_pid(pids[1], 0),
+                                                    gpu_pid(pids[1], 1))),
+          "processes not grouped per input: %r" % sort)
+
+    # A later base: the second input's slices land 1 234 567 ns later, to the ns.
+    ms = os.path.join(out, "shifted.json.gz")
+    run(args, "merge", "-o", ms, fx(".json"), os.path.join(out, "shifted.json"))
+    check_json_merge(args, ms, [fx(".json"), os.path.join(out, "shifted.json")])
+    first = min(int(e["ts"].replace(".", "")) if isinstance(e["ts"], str) else ns_of(e["ts"])
+                for e in load_json(ms)["traceEvents"] if e.get("ph") == "X" and
+                e["pid"] != 4242 and e["pid"] >> 30 == 0)
+    check(first >= 1234567, "shifted input starts at %d ns" % first)
+
+    # The same inputs as .pftrace: the same slices and flows as the merged JSON.
+    mp = os.path.join(out, "same.pftrace")
+    run(args, "merge", "-o", mp, fx(".pftrace"), os.path.join(out, "copy.pftrace"))
+    res = check_pf_merge(args, mp, [fx(".pftrace"), os.path.join(out, "copy.pftrace")])
+    if res:
+        mtracks, pf_s, pf_f = res
+        js, jf = json_content(m["traceEvents"], int(m["metadata"]["base_time_ns"]))
+        norm_j = collections.Counter()
+        for (pid, tid, name, cat, start, dur, corr), c in js.items():
+            norm_j[(pid, tid, name, start, start + dur, corr)] += c
+        local = {}
+        for u, d in mtracks.items():  # each input's tracks under their own uuids
+            d2 = dict(d)
+            if "parent_uuid" in d:
+                d2["parent_uuid"] = [d["parent_uuid"][0] % SEQ_STRIDE]
+            local.setdefault(u // SEQ_STRIDE, {})[u % SEQ_STRIDE] = d2
+        norm_p = collections.Counter()
+        for (uuid, name, start, end, corr), c in pf_s.items():
+            k = uuid // SEQ_STRIDE
+            track = check_traces.json_track_of(local[k], uuid % SEQ_STRIDE)
+            if track is None:
+                continue
+            p, t = track
+            if p >> 30:  # json_track_of assumes pid 4242: the merged GPU pid of input k
+                p = gpu_pid(pids[k], p & 0xFF)
+            else:
+                p = pids[k]
+            norm_p[(p, t, name, start, end, corr)] += c
+        check(norm_j == norm_p, "merged .pftrace slices differ from the merged JSON's: %s / %s" % (
+            list((norm_j - norm_p).items())[:3], list((norm_p - norm_j).items())[:3]))
+        check(sorted(pf_f) == sorted(jf), "merged .pftrace flow ids differ from the JSON's")
+
+
+# ---- errors ----
+
+def scenario_errors(args):
+    out = args.outdir
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    r = subprocess.run([args.fixture, out], capture_output=True, text=True)
+    check(r.returncode == 0, "trace_fixture failed")
+    p = lambda n: os.path.join(out, n)  # noqa: E731
+    with open(p("notes.txt"), "w") as f:
+        f.write("hello\n")
+    with open(p("other.json"), "w") as f:
+        json.dump({"traceEvents": [], "metadata": {"base_time_ns": 1}}, f)
+    open(p("empty.json"), "w").close()
+    with open(p("fixture.json")) as f:
+        lines = f.read().split("\n")
+    lines[5] = lines[5][:20]
+    with open(p("corrupt.json"), "w") as f:
+        f.write("\n".join(lines))
+    with open(p("fixture.pftrace"), "rb") as f:
+        pf = f.read()
+    with open(p("cut.pftrace"), "wb") as f:
+        f.write(pf[:-3])
+
+    cases = [
+        (["notes.txt", "fixture.json"], "notes.txt", "not a gpuprof trace"),
+        (["fixture.json", "other.json"], "other.json", "not a gpuprof trace"),
+        (["fixture.json", "empty.json"], "empty.json", "empty file"),
+        (["fixture.json", "killed.json"], "killed.json", "was not finished"),
+        (["fixture.json", "killed.json.gz"], "killed.json.gz", "was not finished"),
+        (["fixture.json", "corrupt.json"], "corrupt.json", "line 6"),
+        (["fixture.json", "fixture.pftrace"], "fixture.pftrace", "not both"),
+        (["-o", p("x.pftrace"), "fixture.json", "fixture.json.gz"], "x.pftrace", "not converted"),
+        (["-o", p("fixture.json"), "fixture.json", "fixture.json.gz"], "fixture.json",
+         "is one of the inputs"),
+        (["fixture.json", "fixture.json"], "fixture.json", "given twice"),
+    ]
+    for argv, who, what in cases:
+        argv = [a if a.startswith("-") or os.path.isabs(a) else p(a) for a in argv]
+        r = run(args, "merge", *argv, expect=2)
+        lines = r.stderr.splitlines()
+        check(len(lines) == 1 and who in lines[0] and what in lines[0],
+              "merge %s: stderr %r, expected one line naming %s: %s" % (argv, r.stderr, who, what))
+        check(r.stdout == "", "merge %s printed %r" % (argv, r.stdout))
+    leftovers = [n for n in os.listdir(out) if n.startswith(".gpuprof-merge") or
+                 n.startswith("gpuprof-merged") or n == "x.pftrace"]
+    check(not leftovers, "failed merges left %r" % leftovers)
+    r = run(args, "merge", expect=2)
+    check("no trace files" in r.stderr, "no usage error without files")
+
+    # A .pftrace cut inside its last packet: merged without it, one warning.
+    r = run(args, "merge", "-o", p("cut-merged.pftrace"), p("fixture.pftrace"), p("cut.pftrace"))
+    check("cut.pftrace: warning: the file ends inside a packet" in r.stderr,
+          "no warning for the cut packet: %r" % r.stderr)
+    check(r.stdout.strip() == p("cut-merged.pftrace"), "printed %r" % r.stdout)
+    # The default name: next to the first input.
+    r = run(args, "merge", p("fixture.json"), p("fixture.json.gz"))
+    name = r.stdout.strip()
+    check(os.path.dirname(name) == out and os.path.basename(name).startswith("gpuprof-merged-")
+          and name.endswith(".json"), "default name %r" % name)
+    validate(args, name)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", choices=["captures", "fixture", "errors"])
+    ap.add_argument("--gpuprof", required=True)
+    ap.add_argument("--workload")
+    ap.add_argument("--fixture")
+    ap.add_argument("--validator", default=os.path.join(HERE, "..", "trace", "validate_trace.py"))
+    ap.add_argument("--proto")
+    ap.add_argument("--protoc", default="protoc")
+    ap.add_argument("--outdir", default=tempfile.mkdtemp(prefix="gpuprof-merge-"))
+    args = ap.parse_args()
+    if not args.protoc or args.protoc.endswith("NOTFOUND"):
+        args.protoc = shutil.which("protoc")
+    {"captures": scenario_captures, "fixture": scenario_fixture,
+     "errors": scenario_errors}[args.scenario](args)
+    if failures:
+        print("%d failure(s)" % len(failures), file=sys.stderr)
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
