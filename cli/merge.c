@@ -40,10 +40,13 @@
  *   - .pftrace track uuids (1 .. TRACE_MAX_TRACKS + 1) and sequence ids (uuid + 1, and 1):
  *     k * SEQ_STRIDE + id. Sequences stay apart, so interned data and incremental clocks
  *     stay valid as written.
+ * The ranges are disjoint only for ids in the writer's ranges: an input with others is
+ * refused (json_rewrite, pf_check), or its ids would meet another input's.
  * JSON timestamps are microseconds with three decimals relative to each input's base; they
  * are rebased to the earliest base as integers of nanoseconds (the number's text, never a
- * double). Process sort indices become k * 100 + the writer's (host 1, GPUs 10 + device), so
- * each input's processes stay together in input order.
+ * double), and refused from 2^42 µs on, where the importer's double loses the ns. Process sort
+ * indices become k * 100 + the writer's (host 1, GPUs 10 + device), so each input's processes stay
+ * together in input order.
  */
 
 #define EXIT_BAD_INPUT 2
@@ -55,6 +58,8 @@
 #define ID_SHIFT 32
 #define HOST_PID_SPACE 0x400000u /* trace_gpu_pid keeps 22 bits of the host pid */
 #define OUT_BUF (1u << 20)
+/* Perfetto reads a JSON ts into a double: ns survive below 2^42 µs (formats.md, Precision). */
+#define JSON_TS_MAX_NS ((UINT64_C(1) << 42) * 1000u)
 
 enum family { FAM_JSON = 1, FAM_PFTRACE };
 
@@ -265,6 +270,8 @@ static int lines_open(struct lines *l, const char *path)
     else
       close(fd);
     free(l->buf);
+    l->f = NULL; /* the callers' lines_close must not release them again */
+    l->buf = NULL;
     return io_fail(path, "cannot read", ENOMEM);
   }
   gzbuffer(l->f, 1u << 20);
@@ -284,7 +291,7 @@ static char *event_text(struct lines *l, size_t *len)
   char *p = l->buf;
   size_t n = l->len;
 
-  if (l->no == 1) {
+  if (l->no == 1 && n >= sizeof(JSON_HEADER) - 1) {
     p += sizeof(JSON_HEADER) - 1;
     n -= sizeof(JSON_HEADER) - 1;
   }
@@ -292,6 +299,19 @@ static char *event_text(struct lines *l, size_t *len)
     p[--n] = '\0';
   *len = n;
   return p;
+}
+
+/* A tokener that refuses invalid UTF-8: the writer's is valid, and json-c would pass the bytes
+ * through into a merged trace that no JSON reader accepts. */
+static json_tokener *tokener_new(void)
+{
+  json_tokener *tok = json_tokener_new();
+
+#ifdef JSON_TOKENER_VALIDATE_UTF8
+  if (tok)
+    json_tokener_set_flags(tok, JSON_TOKENER_VALIDATE_UTF8);
+#endif
+  return tok;
 }
 
 static json_object *parse_event(json_tokener *tok, const char *text, size_t len)
@@ -308,6 +328,22 @@ static json_object *parse_event(json_tokener *tok, const char *text, size_t len)
   return o;
 }
 
+/* The text of a JSON value for messages: "null" for a null (json-c's NULL). */
+static const char *text_of(json_object *v)
+{
+  return v ? json_object_get_string(v) : "null";
+}
+
+/* An integer JSON value in [lo, hi] into *out; 0 or -EINVAL. */
+static int int_in(json_object *v, int64_t lo, int64_t hi, int64_t *out)
+{
+  if (!v || !json_object_is_type(v, json_type_int))
+    return -EINVAL;
+  /* json-c clamps a uint64 above INT64_MAX to INT64_MAX: out of any range asked here. */
+  *out = json_object_get_int64(v);
+  return *out >= lo && *out <= hi ? 0 : -EINVAL;
+}
+
 static const char *str_of(json_object *o, const char *key)
 {
   json_object *v;
@@ -321,7 +357,7 @@ static const char *str_of(json_object *o, const char *key)
 static int json_scan(struct input *in)
 {
   struct lines l;
-  json_tokener *tok = json_tokener_new();
+  json_tokener *tok = tokener_new();
   char *meta = NULL;
   size_t meta_len = 0;
   int rc, in_meta = 0;
@@ -382,6 +418,8 @@ static int json_scan(struct input *in)
       json_object_put(o);
     }
   }
+  if (rc < 0 && rc != -EPIPE)
+    goto out; /* reported */
   if (rc == -EPIPE || !in_meta) {
     rc = fail(in->path, "the trace was not finished (its process was killed during the "
                         "capture, or the file was cut): without its metadata its times cannot "
@@ -409,13 +447,14 @@ out:
   return rc < 0 ? rc : 0;
 }
 
-/* "123.456" (µs, up to three decimals) -> ns, exactly. */
+/* "123.456" (µs, up to three decimals) -> ns, exactly; -EINVAL for any other text, or ns
+ * beyond 64 bits. s is NULL for a JSON null. */
 static int parse_us(const char *s, uint64_t *ns)
 {
   uint64_t v = 0;
   int frac = -1;
 
-  if (!*s)
+  if (!s || !*s)
     return -EINVAL;
   for (; *s; s++) {
     if (*s == '.' && frac < 0) {
@@ -428,8 +467,11 @@ static int parse_us(const char *s, uint64_t *ns)
     if (frac >= 0)
       frac++;
   }
-  for (frac = frac < 0 ? 0 : frac; frac < 3; frac++)
+  for (frac = frac < 0 ? 0 : frac; frac < 3; frac++) {
+    if (v > UINT64_MAX / 10)
+      return -EINVAL;
     v *= 10;
+  }
   *ns = v;
   return 0;
 }
@@ -445,10 +487,10 @@ static json_object *us_number(uint64_t ns)
 /* Rewrites one event for the merged trace; 0 or -EINVAL (reported). */
 static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64_t line)
 {
-  json_object *v, *args = NULL;
+  json_object *v, *tid, *args = NULL;
   const char *ph = str_of(o, "ph"), *name = str_of(o, "name");
   int gpu = 0;
-  int64_t pid;
+  int64_t pid, id, si;
   uint64_t ts;
 
   if (!ph)
@@ -459,29 +501,47 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
     return fail(in->path,
                 "line %" PRIu64 ": pid %s is neither its process (%" PRIu32
                 ") nor one of its GPUs: not a gpuprof trace",
-                line, v ? json_object_get_string(v) : "(none)", in->pid);
+                line, text_of(v), in->pid);
+  /* The importer takes a missing tid as the pid: the event keeps the thread it had. */
+  if (pid != (int64_t)json_object_get_uint64(v) &&
+      (!json_object_object_get_ex(o, "tid", &tid) || !tid))
+    json_object_object_add(o, "tid", json_object_new_int64((int64_t)json_object_get_uint64(v)));
   json_object_object_add(o, "pid", json_object_new_int64(pid));
   if (json_object_object_get_ex(o, "ts", &v)) {
-    if (parse_us(json_object_get_string(v), &ts))
+    /* v is NULL for "ts":null (json-c's null), and parse_us refuses NULL. */
+    if (parse_us(v ? json_object_get_string(v) : NULL, &ts) || ts > UINT64_MAX - in->base_ns)
       return fail(in->path,
                   "line %" PRIu64 ": ts %s is not in microseconds with at most three "
-                  "decimals: not a gpuprof trace",
-                  line, json_object_get_string(v));
+                  "decimals after base_time_ns: not a gpuprof trace",
+                  line, text_of(v));
+    /* delta <= in->base_ns: no carry. Past 2^42 µs the importer's double loses the ns. */
+    if (ts + delta >= JSON_TS_MAX_NS)
+      return fail(in->path,
+                  "line %" PRIu64 ": ts %s is %" PRIu64 " µs after the earliest input's base: "
+                  "a JSON trace keeps ns only below 2^42 µs (51 days); merge traces of one "
+                  "time, or the .pftrace captures",
+                  line, text_of(v), (ts + delta) / 1000);
     json_object_object_add(o, "ts", us_number(ts + delta));
   }
+  /* Ids 1 .. 2^32 - 1 (CUPTI's correlation ids): input k's land in k * 2^32 + [1, 2^32), so
+   * no two inputs share one and a flow cannot bind ends of two inputs. */
   if (json_object_object_get_ex(o, "id", &v)) {
-    uint64_t id = json_object_get_uint64(v);
-    if (!json_object_is_type(v, json_type_int) || id >> ID_SHIFT)
+    if (int_in(v, 1, UINT32_MAX, &id))
       return fail(in->path,
                   "line %" PRIu64 ": flow id %s is not a 32-bit correlation id: not "
                   "a gpuprof trace",
-                  line, json_object_get_string(v));
-    json_object_object_add(o, "id", json_object_new_int64((int64_t)remap_id(in, id)));
+                  line, text_of(v));
+    json_object_object_add(o, "id", json_object_new_int64((int64_t)remap_id(in, (uint64_t)id)));
   }
-  if (args && json_object_object_get_ex(args, "correlation", &v) &&
-      json_object_is_type(v, json_type_int))
+  if (args && json_object_object_get_ex(args, "correlation", &v)) {
+    if (int_in(v, 0, UINT32_MAX, &id))
+      return fail(in->path,
+                  "line %" PRIu64 ": correlation %s is not a 32-bit correlation id: not a "
+                  "gpuprof trace",
+                  line, text_of(v));
     json_object_object_add(args, "correlation",
-                           json_object_new_int64((int64_t)remap_id(in, json_object_get_uint64(v))));
+                           json_object_new_int64((int64_t)remap_id(in, (uint64_t)id)));
+  }
   if (ph[0] == 'M' && name && args) {
     char buf[TRACE_NAME_MAX + 128];
     const char *pn;
@@ -493,9 +553,13 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
         json_object_object_add(args, "name", json_object_new_string(nn));
     } else if (!strcmp(name, "process_sort_index") &&
                json_object_object_get_ex(args, "sort_index", &v)) {
-      json_object_object_add(
-          args, "sort_index",
-          json_object_new_int64((int64_t)in->k * 100 + json_object_get_int64(v)));
+      /* The writer's are int32 (trace_internal.h): k * 100 + one cannot overflow. */
+      if (int_in(v, INT32_MIN, INT32_MAX, &si))
+        return fail(in->path,
+                    "line %" PRIu64 ": sort_index %s is not a 32-bit integer: not a gpuprof "
+                    "trace",
+                    line, text_of(v));
+      json_object_object_add(args, "sort_index", json_object_new_int64((int64_t)in->k * 100 + si));
     }
   }
   return 0;
@@ -516,7 +580,7 @@ static int out_write(struct merge *m, const char *out, const void *p, size_t n)
 static int json_copy(struct merge *m, struct input *in, const char *out)
 {
   struct lines l;
-  json_tokener *tok = json_tokener_new();
+  json_tokener *tok = tokener_new();
   uint64_t delta = in->base_ns - m->base_ns;
   int rc;
 
@@ -760,6 +824,51 @@ static uint32_t seq_of(const Packet *p)
   return p->optional_trusted_packet_sequence_id_case ? p->trusted_packet_sequence_id : 0;
 }
 
+/*
+ * The identifiers the merge offsets per input, in the writer's ranges, where input k's stay
+ * apart from every other input's: sequence ids 1 .. MAX_UUID + 1 and track uuids up to
+ * MAX_UUID (k * SEQ_STRIDE + those), flow ids 1 .. 2^32 - 1 and correlation ids below 2^32
+ * (k * 2^32 + those). 0, or -EINVAL reported.
+ */
+static int pf_check(const struct input *in, const Packet *p)
+{
+  const Gpuprof__Perfetto__TrackEvent *ev = p->track_event;
+  const Gpuprof__Perfetto__TracePacketDefaults *defs = p->trace_packet_defaults;
+
+  if (seq_of(p) > MAX_UUID + 1)
+    return fail(in->path, "packet sequence %" PRIu32 " beyond the writer's: not a gpuprof trace",
+                seq_of(p));
+  if (defs && defs->track_event_defaults && defs->track_event_defaults->has_track_uuid &&
+      defs->track_event_defaults->track_uuid > MAX_UUID)
+    return fail(in->path, "default track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
+                defs->track_event_defaults->track_uuid);
+  if (p->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_DESCRIPTOR) {
+    const Gpuprof__Perfetto__TrackDescriptor *d = p->track_descriptor;
+    if (!d->has_uuid || d->uuid > MAX_UUID || (d->has_parent_uuid && d->parent_uuid > MAX_UUID))
+      return fail(in->path, "track uuid beyond the writer's: not a gpuprof trace");
+  }
+  if (p->data_case != GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT)
+    return 0;
+  if (ev->has_track_uuid && ev->track_uuid > MAX_UUID)
+    return fail(in->path, "event track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
+                ev->track_uuid);
+  for (size_t i = 0; i < ev->n_flow_ids + ev->n_terminating_flow_ids; i++) {
+    uint64_t id =
+        i < ev->n_flow_ids ? ev->flow_ids[i] : ev->terminating_flow_ids[i - ev->n_flow_ids];
+    if (!id || id >> ID_SHIFT)
+      return fail(in->path,
+                  "flow id %" PRIu64 " is not a 32-bit correlation id: not a gpuprof "
+                  "trace",
+                  id);
+  }
+  if (ev->correlation_id_field_case && ev->correlation_id >> ID_SHIFT)
+    return fail(in->path,
+                "correlation id %" PRIu64 " is not a 32-bit correlation id: not a "
+                "gpuprof trace",
+                ev->correlation_id);
+  return 0;
+}
+
 /* A metadata instant's debug annotations into in->meta. */
 static void pf_meta(struct input *in, const Gpuprof__Perfetto__TrackEvent *ev)
 {
@@ -814,13 +923,12 @@ static int pf_scan(struct input *in)
       rc = fail(in->path, "its first packet is not the gpuprof writer's: not a gpuprof trace");
       goto out;
     }
+    rc = pf_check(in, pkt);
+    if (rc)
+      goto out;
     in->packets++;
     if (pkt->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_DESCRIPTOR) {
       const Gpuprof__Perfetto__TrackDescriptor *d = pkt->track_descriptor;
-      if (!d->has_uuid || d->uuid > MAX_UUID || (d->has_parent_uuid && d->parent_uuid > MAX_UUID)) {
-        rc = fail(in->path, "track uuid beyond the writer's: not a gpuprof trace");
-        goto out;
-      }
       if (d->static_or_dynamic_name_case && d->name)
         note_rank(in, d->name);
     } else if (pkt->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT &&
@@ -836,19 +944,17 @@ static int pf_scan(struct input *in)
       pf_meta(in, pkt->track_event);
     }
   }
-  if (rc == -EPIPE) {
-    fprintf(stderr,
-            "gpuprof merge: %s: warning: the file ends inside a packet (its process was killed "
-            "during the capture?): the %" PRIu64 " whole packets before it are merged\n",
-            in->path, in->packets);
-    rc = 0;
-  }
-  if (rc < 0)
+  if (rc < 0 && rc != -EPIPE)
     goto out;
   if (!started) {
     rc = fail(in->path, "no \"trace start\" metadata: not a gpuprof trace");
     goto out;
   }
+  if (rc == -EPIPE)
+    fprintf(stderr,
+            "gpuprof merge: %s: warning: the file ends inside a packet (its process was killed "
+            "during the capture?): the %" PRIu64 " whole packets before it are merged\n",
+            in->path, in->packets);
   if (!in->finished)
     fprintf(stderr,
             "gpuprof merge: %s: warning: the trace was not finished (its process was killed "
@@ -881,10 +987,12 @@ static int pf_emit(struct merge *m, const char *out, const Packet *pkt)
   return 0;
 }
 
-/* Rewrites a packet's identifiers for input in; 0, or 1 to leave the packet out. */
+/* Rewrites a packet's identifiers for input in (pf_check passed); 0 or -EINVAL (reported). */
 static int pf_rewrite(struct input *in, Packet *pkt, char *name, size_t name_len)
 {
   int gpu;
+  int32_t orig = 0;
+  int64_t pid;
 
   if (pkt->optional_trusted_packet_sequence_id_case)
     pkt->trusted_packet_sequence_id = (uint32_t)remap_uuid(in, pkt->trusted_packet_sequence_id);
@@ -911,13 +1019,23 @@ static int pf_rewrite(struct input *in, Packet *pkt, char *name, size_t name_len
     if (d->has_parent_uuid)
       d->parent_uuid = remap_uuid(in, d->parent_uuid);
     if (d->process) {
-      if (d->process->has_pid)
-        d->process->pid = (int32_t)remap_pid(in, (uint32_t)d->process->pid, &gpu);
+      if (d->process->has_pid) {
+        orig = d->process->pid;
+        pid = remap_pid(in, (uint32_t)orig, &gpu);
+        if (pid < 0)
+          goto bad_pid;
+        d->process->pid = (int32_t)pid;
+      }
       if (d->process->process_name)
         d->process->process_name = (char *)host_name(in, d->process->process_name, name, name_len);
     } else if (d->thread) {
-      if (d->thread->has_pid)
-        d->thread->pid = (int32_t)remap_pid(in, (uint32_t)d->thread->pid, &gpu);
+      if (d->thread->has_pid) {
+        orig = d->thread->pid;
+        pid = remap_pid(in, (uint32_t)orig, &gpu);
+        if (pid < 0)
+          goto bad_pid;
+        d->thread->pid = (int32_t)pid;
+      }
     } else if (named && !d->has_parent_uuid && !strncmp(d->name, "GPU ", 4)) {
       gpu_name(in, d->name, name, name_len);
       d->name = name;
@@ -945,6 +1063,11 @@ static int pf_rewrite(struct input *in, Packet *pkt, char *name, size_t name_len
     break;
   }
   return 0;
+bad_pid:
+  return fail(in->path,
+              "track pid %" PRId32 " is neither its process (%" PRIu32 ") nor one of its GPUs: "
+              "not a gpuprof trace",
+              orig, in->pid);
 }
 
 static int pf_copy(struct merge *m, struct input *in, const char *out)
@@ -968,18 +1091,12 @@ static int pf_copy(struct merge *m, struct input *in, const char *out)
       rc = fail(in->path, "a packet does not decode: not a gpuprof trace");
       goto out;
     }
-    for (size_t i = 0; pkt->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT &&
-                       i < pkt->track_event->n_flow_ids;
-         i++)
-      if (pkt->track_event->flow_ids[i] >> ID_SHIFT) {
-        rc = fail(in->path,
-                  "flow id %" PRIu64 " is not a 32-bit correlation id: not a gpuprof "
-                  "trace",
-                  pkt->track_event->flow_ids[i]);
-        goto out;
-      }
-    pf_rewrite(in, pkt, name, sizeof(name));
-    rc = pf_emit(m, out, pkt);
+    /* Checked again: pf_scan read the file before, and it may have changed since. */
+    rc = pf_check(in, pkt);
+    if (!rc)
+      rc = pf_rewrite(in, pkt, name, sizeof(name));
+    if (!rc)
+      rc = pf_emit(m, out, pkt);
     if (rc)
       goto out;
     in->events++;
@@ -1133,11 +1250,15 @@ static int meta_required(struct input *in)
                           "gpuprof trace");
   if (!json_object_object_get_ex(in->meta, "base_time_ns", &v))
     return fail(in->path, "no base_time_ns in its metadata: not a gpuprof trace");
-  /* An integer in JSON, a decimal string in .pftrace (a debug annotation). */
+  /* An integer in JSON, a decimal string in .pftrace (a debug annotation): digits only
+   * (strtoull would take "-5" as 2^64 - 5, and leading blanks). v is NULL for a null. */
+  w = v ? json_object_get_string(v) : NULL;
+  if (!w || *w < '0' || *w > '9')
+    return fail(in->path, "base_time_ns %s is not a time in ns", text_of(v));
   errno = 0;
-  in->base_ns = strtoull(json_object_get_string(v), &end, 10);
+  in->base_ns = strtoull(w, &end, 10);
   if (errno || *end || !in->base_ns)
-    return fail(in->path, "base_time_ns %s is not a time in ns", json_object_get_string(v));
+    return fail(in->path, "base_time_ns %s is not a time in ns", text_of(v));
   if (!json_object_object_get_ex(in->meta, "pid", &v) || !json_object_is_type(v, json_type_int) ||
       json_object_get_uint64(v) > UINT32_MAX)
     return fail(in->path, "no pid in its metadata: not a gpuprof trace");
@@ -1322,11 +1443,13 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
     }
   } else {
     /* link(2) never replaces a file: a name taken meanwhile moves on to the next. */
-    int k = 1;
-    while (link(tmp, final) && errno == EEXIST && ++k <= 64)
+    int k = 1, err;
+    /* Only this link's own success names the file: a name that exists after a failed link
+     * (EPERM, EXDEV, ...) is somebody else's. */
+    while ((err = link(tmp, final) ? errno : 0) == EEXIST && ++k <= 64)
       default_name(&m, suffix_of(fam, gz), k, final, sizeof(final));
-    if (k > 64 || access(final, F_OK)) {
-      rc = io_fail(final, "cannot create", errno ? errno : EEXIST);
+    if (err) {
+      rc = io_fail(final, "cannot create", err);
       goto out;
     }
     unlink(tmp);

@@ -5,6 +5,8 @@ Usage:
   check_merge.py captures --gpuprof BIN --workload BIN --validator PY --proto P [--protoc B]
   check_merge.py fixture  --gpuprof BIN --fixture BIN --validator PY --proto P [--protoc B] --outdir D
   check_merge.py errors   --gpuprof BIN --fixture BIN --outdir D
+  check_merge.py hostile  --gpuprof BIN --fixture BIN --outdir D [--proto P --protoc B]
+  check_merge.py fuzz     --gpuprof BIN --fixture BIN --outdir D [--proto P --protoc B]
 
 captures  two workload processes (tests/control/workload.c) under the agent are captured with
           `capture --all --merge` in json, json.gz and perfetto; each merged trace is checked
@@ -19,6 +21,12 @@ fixture   tests/trace/trace_fixture's trace (the same content in all three forma
 errors    inputs that are not the agent's traces, unfinished JSON, mixed families, a bad -o:
           exit status 2 and one line naming the file; a .pftrace cut inside its last packet
           is merged without that packet, with a warning.
+hostile   crafted values: null/negative/overflowing times and bases, ids outside 1..2^32-1,
+          track uuids and sequence ids past the writer's, pids that are not the input's: each
+          refused with exit 2, one line naming the file, nothing left behind.
+fuzz      mutated JSON lines (values, cuts, bytes, NULs, nesting) and .pftrace bytes (truncated
+          varints, huge lengths, wrong wire types, nested garbage): exit 2 or a valid merge,
+          never a crash, hang or sanitizer report (GPUPROF_FUZZ_SEED, GPUPROF_FUZZ_ITERS).
 """
 
 import argparse
@@ -85,6 +93,8 @@ def json_content(events, base, pid_map=None, id_map=None):
     last = {}
     for e in events:
         ph = e.get("ph")
+        if e.get("tid") is None:  # the importer's rule
+            e = dict(e, tid=e["pid"])
         if ph == "X":
             key = (pid_map(e["pid"]), e["tid"], e["name"], e.get("cat"),
                    base + ns_of(e["ts"]), ns_of(e["dur"]),
@@ -399,9 +409,353 @@ def scenario_errors(args):
     validate(args, name)
 
 
+# ---- hostile inputs ----
+
+def pb_varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def pb_uint(num, v):
+    return pb_varint(num << 3) + pb_varint(v)
+
+
+def pb_fixed64(num, v):
+    return pb_varint(num << 3 | 1) + v.to_bytes(8, "little")
+
+
+def pb_msg(num, body):
+    return pb_varint(num << 3 | 2) + pb_varint(len(body)) + body
+
+
+def pf_packet(body):
+    """One Trace.packet: the .pftrace framing of a TracePacket's bytes."""
+    return pb_msg(1, body)
+
+
+def pf_event(seq=1, uuid=1, extra=b""):
+    """A TracePacket holding an instant TrackEvent on track uuid, sequence seq."""
+    return pf_packet(pb_uint(8, 1700000000000000001) + pb_uint(10, seq) +
+                     pb_msg(11, pb_uint(9, 3) + pb_uint(11, uuid) + extra))
+
+
+def pf_packets(data):
+    """Splits a .pftrace into its packets' framed bytes."""
+    out, i = [], 0
+    while i < len(data):
+        j, n, shift = i + 1, 0, 0
+        while True:
+            b = data[j]
+            n |= (b & 0x7F) << shift
+            shift += 7
+            j += 1
+            if not b & 0x80:
+                break
+        out.append(data[i:j + n])
+        i = j + n
+    return out
+
+
+def merge_expect(args, out, argv, rc, who=None, what=None):
+    """gpuprof merge argv: exit status rc; on 2 one stderr line naming who (and what), no
+    stdout, no output or temporary file left in out."""
+    before = set(os.listdir(out))
+    r = subprocess.run([args.gpuprof, "merge"] + argv, capture_output=True, text=True,
+                       timeout=60)
+    tag = "merge %s" % " ".join(os.path.basename(a) for a in argv)
+    check(r.returncode == rc, "%s exited %d, expected %d: %s" % (tag, r.returncode, rc,
+                                                                  r.stderr[-800:]))
+    if rc == 2:
+        lines = r.stderr.splitlines()
+        check(len(lines) == 1 and (who is None or who in lines[0]) and
+              (what is None or what in lines[0]),
+              "%s: stderr %r, expected one line naming %s: %s" % (tag, r.stderr, who, what))
+        check(r.stdout == "", "%s printed %r" % (tag, r.stdout))
+        new = set(os.listdir(out)) - before
+        check(not new, "%s left %r" % (tag, sorted(new)))
+    return r
+
+
+def scenario_hostile(args):
+    """Inputs crafted to hit the merge's arithmetic and its id ranges: each is refused (exit
+    2, one line naming the file, nothing left) or, where stated, merged exactly."""
+    out = args.outdir
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    r = subprocess.run([args.fixture, out], capture_output=True, text=True)
+    check(r.returncode == 0, "trace_fixture failed")
+    p = lambda n: os.path.join(out, n)  # noqa: E731
+    with open(p("fixture.json")) as f:
+        text = f.read()
+    base = '"base_time_ns":1700000000000000000'
+    ev = '"ts":1.123,"dur":3.456,"args":{"correlation":100}'
+    check(base in text and ev in text, "the fixture changed: update scenario_hostile")
+
+    def json_case(name, old, new, what):
+        with open(p(name), "w") as f:
+            f.write(text.replace(old, new, 1))
+        merge_expect(args, out, ["-o", p("m.json"), p("fixture.json"), p(name)], 2, name, what)
+
+    # Values the metadata or an event may hold that no number of ns can come from.
+    json_case("base-null.json", base, '"base_time_ns":null', "base_time_ns")
+    json_case("base-neg.json", base, '"base_time_ns":-5', "base_time_ns")
+    json_case("base-space.json", base, '"base_time_ns":" 17"', "base_time_ns")
+    json_case("ts-null.json", ev, ev.replace("1.123", "null"), "ts")
+    # 10^17 us: its ns do not fit 64 bits.
+    json_case("ts-huge.json", ev, ev.replace("1.123", "99999999999999999"), "ts")
+    # A base near 2^64 with a ts that carries it past: its absolute time does not exist.
+    with open(p("ts-carry.json"), "w") as f:
+        f.write(text.replace(base, '"base_time_ns":18000000000000000000', 1)
+                .replace(ev, ev.replace("1.123", "1000000000000000.000"), 1))
+    merge_expect(args, out, ["-o", p("m.json"), p("fixture.json"), p("ts-carry.json")], 2,
+                 "ts-carry.json", "ts")
+    # Ids outside 1 .. 2^32 - 1 would meet another input's after the k * 2^32 offset.
+    json_case("corr-big.json", ev, ev.replace(":100}", ":4294967296}"), "correlation")
+    json_case("corr-neg.json", ev, ev.replace(":100}", ":-1}"), "correlation")
+    flow = '"cat":"ac2g","name":"ac2g","id":'
+    check(flow in text, "the fixture has no flow")
+    idx = text.index(flow) + len(flow)
+    num = text[idx:].split(",", 1)[0]
+    for name, v in (("id-null.json", "null"), ("id-neg.json", "-7"), ("id-zero.json", "0")):
+        with open(p(name), "w") as f:
+            f.write(text[:idx] + v + text[idx + len(num):])
+        merge_expect(args, out, ["-o", p("m.json"), p("fixture.json"), p(name)], 2, name, "id")
+    srt = '"sort_index":1}'
+    check(srt in text, "the fixture has no host sort index")
+    json_case("sort-huge.json", srt, '"sort_index":9223372036854775807}', "sort_index")
+    # A base 40 days later than the other's: exact to the ns (validate_trace.py checks that
+    # Perfetto's double reads each ts to its ns). 2^63 ns later, or 60 days: past 2^42 us,
+    # where a JSON ts cannot keep its ns: refused.
+    for name, shift, rc in (("late40d.json", 40 * 86400 * 10**9, 0),
+                            ("late60d.json", 60 * 86400 * 10**9, 2),
+                            ("late2e63.json", 2**63, 2)):
+        with open(p(name), "w") as f:
+            f.write(text.replace(base, '"base_time_ns":%d' % (1700000000000000000 + shift), 1))
+        merge_expect(args, out, ["-o", p("late-m.json"), p("fixture.json"), p(name)], rc, name,
+                     "2^42")
+        if rc == 0:
+            m = check_json_merge(args, p("late-m.json"), [p("fixture.json"), p(name)])
+            check(int(m["metadata"]["base_time_ns"]) == 1700000000000000000, "late merge base")
+    # An event without tid is on thread pid (the importer's rule): when the merge moves a
+    # same-pid input to another pid, the event stays on its thread.
+    with open(p("no-tid.json"), "w") as f:
+        f.write(text.replace('"pid":4242,"tid":4242,' + ev, '"pid":4242,' + ev, 1))
+    check(text != open(p("no-tid.json")).read(), "no event to take the tid from")
+    merge_expect(args, out, ["-o", p("no-tid-m.json"), p("fixture.json"), p("no-tid.json")], 0)
+    check_json_merge(args, p("no-tid-m.json"), [p("fixture.json"), p("no-tid.json")])
+    # Invalid UTF-8 in a name: a merged trace no JSON reader takes.
+    with open(p("utf8.json"), "wb") as f:
+        f.write(text.replace('"name":"cudaLaunchKernel"', '"name":"cudaXLaunch"', 1)
+                .encode("utf-8").replace(b"cudaXLaunch", b"cuda\xe9Launch"))
+    merge_expect(args, out, ["-o", p("m.json"), p("fixture.json"), p("utf8.json")], 2,
+                 "utf8.json", "line")
+
+    # .pftrace: ids the arithmetic cannot keep apart, pids that are not the input's.
+    with open(p("fixture.pftrace"), "rb") as f:
+        pf = f.read()
+    seq_stride = SEQ_STRIDE
+    pf_cases = [
+        ("term-flow.pftrace", pf_event(extra=pb_fixed64(48, (1 << 32) + 7)), "flow id"),
+        ("flow-zero.pftrace", pf_event(extra=pb_fixed64(47, 0)), "flow id"),
+        ("corr-big.pftrace", pf_event(extra=pb_uint(52, 1 << 32)), "correlation"),
+        ("track-big.pftrace", pf_event(uuid=seq_stride + 2), "track uuid"),
+        ("seq-big.pftrace", pf_event(seq=seq_stride + 1), "sequence"),
+        ("defaults-big.pftrace",
+         pf_packet(pb_uint(10, 1) + pb_msg(59, pb_msg(11, pb_uint(11, seq_stride + 2)))),
+         "track uuid"),
+        ("pid-other.pftrace",
+         pf_packet(pb_uint(10, 1) + pb_msg(60, pb_uint(1, 900) + pb_msg(3, pb_uint(1, 999)))),
+         "pid 999"),
+        ("tid-other.pftrace",
+         pf_packet(pb_uint(10, 1) + pb_msg(60, pb_uint(1, 901) + pb_msg(4, pb_uint(1, 998)))),
+         "pid 998"),
+    ]
+    for name, extra, what in pf_cases:
+        with open(p(name), "wb") as f:
+            f.write(pf + extra)
+        merge_expect(args, out, ["-o", p("m.pftrace"), p(name), p("fixture.pftrace")], 2, name,
+                     what)
+    # A file cut inside its first packet: refused in one line (no warning before it).
+    with open(p("cut0.pftrace"), "wb") as f:
+        f.write(pf[:3])
+    merge_expect(args, out, ["-o", p("m.pftrace"), p("fixture.pftrace"), p("cut0.pftrace")], 2,
+                 "cut0.pftrace", "not a gpuprof trace")
+    # The same packet with ids in range merges.
+    with open(p("ok.pftrace"), "wb") as f:
+        f.write(pf + pf_event(extra=pb_fixed64(48, 7) + pb_uint(52, 0xFFFFFFFF)))
+    merge_expect(args, out, ["-o", p("ok-m.pftrace"), p("ok.pftrace"), p("fixture.pftrace")], 0)
+
+
+def scenario_fuzz(args):
+    """Mutated JSON lines and .pftrace bytes merged with an intact trace: exit 2 (or 0 with a
+    well-formed result), never a crash, a hang, a sanitizer report or a file left behind."""
+    import random
+    out = args.outdir
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    r = subprocess.run([args.fixture, out], capture_output=True, text=True)
+    check(r.returncode == 0, "trace_fixture failed")
+    p = lambda n: os.path.join(out, n)  # noqa: E731
+    rnd = random.Random(int(os.environ.get("GPUPROF_FUZZ_SEED", "37")))
+    iters = int(os.environ.get("GPUPROF_FUZZ_ITERS", "150"))
+    with open(p("fixture.json"), encoding="latin-1") as f:  # bytes as they are, any mutation
+        lines = f.read().split("\n")
+    with open(p("fixture.pftrace"), "rb") as f:
+        packets = pf_packets(f.read())
+    values = ["null", "-1", "0", "1e308", "-0.0", "18446744073709551616", "1.0000", "\"x\"",
+              "[]", "{}", "9223372036854775807", "-9223372036854775808", "4294967296",
+              "[" * 200 + "]" * 200, "{\"a\":" * 100 + "1" + "}" * 100, "true", "1.5e3",
+              "18446744073709551.615", "\"\\u0000\""]
+    import re
+    number = re.compile(r'(?<=[:\[,])-?[0-9][0-9.eE+-]*')
+
+    def mutate_json():
+        ls = list(lines)
+        i = rnd.randrange(len(ls))
+        op = rnd.randrange(7)
+        s = ls[i]
+        if op == 0 and s:  # a value replaced
+            ms = list(number.finditer(s))
+            if ms:
+                mm = rnd.choice(ms)
+                s = s[:mm.start()] + rnd.choice(values) + s[mm.end():]
+        elif op == 1:  # cut
+            s = s[:rnd.randrange(len(s) + 1)]
+        elif op == 2:  # bytes flipped
+            b = bytearray(s.encode())
+            for _ in range(rnd.randrange(1, 4)):
+                if b:
+                    b[rnd.randrange(len(b))] = rnd.randrange(1, 256)
+            s = b.decode("latin-1")
+        elif op == 3:  # a line duplicated or removed
+            if rnd.random() < 0.5:
+                ls.insert(i, s)
+            else:
+                del ls[i]
+                return ls
+        elif op == 4:  # a NUL or a long run
+            at = rnd.randrange(len(s) + 1)
+            s = s[:at] + rnd.choice(["\0", "x" * 600000, "\\", "\"", "\n"]) + s[at:]
+        elif op == 5:  # the file cut anywhere
+            text = "\n".join(ls)
+            return [text[:rnd.randrange(len(text))]]
+        else:  # a key's value replaced
+            keys = re.findall(r'"([a-z_]+)":', s)
+            if keys:
+                k = rnd.choice(keys)
+                val = '"%s":%s' % (k, rnd.choice(values))
+                s = re.sub('"%s":[^,}]*' % k, lambda _: val, s, count=1)
+        ls[i] = s
+        return ls
+
+    def mutate_pf():
+        ps = list(packets)
+        i = rnd.randrange(1, len(ps))
+        b = bytearray(ps[i])
+        op = rnd.randrange(7)
+        if op == 0:  # bytes flipped inside a packet
+            for _ in range(rnd.randrange(1, 4)):
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+        elif op == 1:  # a huge length
+            b = bytearray(b"\x0a" + pb_varint(rnd.choice([1 << 26, 1 << 40, (1 << 64) - 1])) +
+                          bytes(b[2:]))
+        elif op == 2:  # a varint cut inside a packet
+            b = bytearray(pf_packet(bytes(b[2:]) + b"\x08" + b"\xff" * rnd.randrange(1, 12)))
+        elif op == 3:  # a wrong wire type
+            body = bytearray(pf_packets(bytes(b))[0][2:] if b[1] < 0x80 else b[3:])
+            if body:
+                body[0] = (body[0] & ~7) | rnd.choice([1, 3, 4, 5, 6, 7])
+            b = bytearray(pf_packet(bytes(body)))
+        elif op == 4:  # nested garbage: a field inside a field inside ...
+            inner = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 40)))
+            for _ in range(rnd.randrange(1, 60)):
+                inner = pb_msg(rnd.choice([4, 11, 12, 59, 60, 3, 1]), inner)
+            b = bytearray(pf_packet(inner))
+        elif op == 5:  # the file cut anywhere
+            data = b"".join(ps)
+            return data[:rnd.randrange(1, len(data))]
+        else:  # a field of a huge declared length inside the packet
+            body = pb_varint(11 << 3 | 2) + pb_varint(rnd.choice([1 << 31, 1 << 62, 300]))
+            b = bytearray(pf_packet(body + bytes(rnd.randrange(256) for _ in range(8))))
+        ps[i] = bytes(b)
+        return b"".join(ps)
+
+    ok = {"json": 0, "pftrace": 0}
+    refused = {"json": 0, "pftrace": 0}
+    validated = 0
+    for it in range(iters):
+        fam = "json" if it % 2 == 0 else "pftrace"
+        name = p("fuzz.%s" % fam)
+        if fam == "json":
+            data = "\n".join(mutate_json()).encode("latin-1")
+            if rnd.random() < 0.25:
+                data = gzip.compress(data)
+                if rnd.random() < 0.5:
+                    data = data[:rnd.randrange(1, len(data))]
+                name = p("fuzz.json.gz")
+        else:
+            data = mutate_pf()
+        with open(name, "wb") as f:
+            f.write(data)
+        dst = p("merged.%s" % fam)
+        if os.path.exists(dst):
+            os.unlink(dst)
+        before = set(os.listdir(out))
+        argv = ["-o", dst, p("fixture.%s" % fam), name] if it % 4 < 2 else \
+            ["-o", dst, name, p("fixture.%s" % fam)]
+        try:
+            r = subprocess.run([args.gpuprof, "merge"] + argv, capture_output=True, text=True,
+                               timeout=60, errors="replace")
+        except subprocess.TimeoutExpired:
+            check(False, "iteration %d (%s) hung" % (it, fam))
+            shutil.copy(name, p("hang-%d-%s" % (it, os.path.basename(name))))
+            continue
+        good = r.returncode in (0, 2) and "Sanitizer" not in r.stderr and \
+            "runtime error" not in r.stderr
+        if not check(good, "iteration %d (%s): exit %d: %s" % (it, fam, r.returncode,
+                                                                 r.stderr[-3000:])):
+            shutil.copy(name, p("crash-%d-%s" % (it, os.path.basename(name))))
+            continue
+        left = set(os.listdir(out)) - before - {os.path.basename(dst)}
+        check(not left, "iteration %d left %r" % (it, sorted(left)))
+        if r.returncode == 2:
+            refused[fam] += 1
+            check(not os.path.exists(dst), "iteration %d: refused but wrote %s" % (it, dst))
+            check(r.stdout == "" and len(r.stderr.splitlines()) == 1,
+                  "iteration %d: refusal stdout %r stderr %r" % (it, r.stdout, r.stderr))
+            continue
+        ok[fam] += 1
+        check(r.stdout.strip() == dst, "iteration %d printed %r" % (it, r.stdout))
+        if fam == "json":
+            try:
+                load_json(dst)
+            except ValueError as e:
+                check(False, "iteration %d: merged JSON does not parse: %s" % (it, e))
+                shutil.copy(name, p("bad-%d-%s" % (it, os.path.basename(name))))
+                continue
+            # A mutation the validator still accepts (a number changed in range) must merge
+            # into a trace it accepts; the merge does not repair what the input broke.
+            v = subprocess.run([sys.executable, args.validator, name], capture_output=True)
+            if v.returncode == 0:
+                validated += 1
+                nfail = len(failures)
+                validate(args, dst)
+                if len(failures) > nfail:
+                    shutil.copy(name, p("invalid-%d-%s" % (it, os.path.basename(name))))
+        elif args.protoc and ok[fam] <= 5:
+            check_traces.decode_pftrace(dst, args.proto, args.protoc)
+    print("fuzz: merged %r, refused %r, %d valid JSON inputs validated after the merge" % (
+        ok, refused, validated))
+    check(refused["json"] and refused["pftrace"], "no mutation was refused")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["captures", "fixture", "errors"])
+    ap.add_argument("scenario", choices=["captures", "fixture", "errors", "hostile", "fuzz"])
     ap.add_argument("--gpuprof", required=True)
     ap.add_argument("--workload")
     ap.add_argument("--fixture")
@@ -413,7 +767,8 @@ def main():
     if not args.protoc or args.protoc.endswith("NOTFOUND"):
         args.protoc = shutil.which("protoc")
     {"captures": scenario_captures, "fixture": scenario_fixture,
-     "errors": scenario_errors}[args.scenario](args)
+     "errors": scenario_errors, "hostile": scenario_hostile,
+     "fuzz": scenario_fuzz}[args.scenario](args)
     if failures:
         print("%d failure(s)" % len(failures), file=sys.stderr)
         return 1
