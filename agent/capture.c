@@ -929,6 +929,62 @@ static void write_nccl(const struct event *ev)
   }
 }
 
+/*
+ * At the capture's end: the NCCL ops still pending (agent/nccl.h nccl_pending), each on its
+ * communicator's track from its API call (or the capture's start) to the capture's end, with
+ * its state. A communicator's pending ops run in order, the oldest first and the others queued
+ * behind it, so they nest: the oldest outermost, each later one inside the one before, ending
+ * 1 ns earlier (distinct ends keep both importers' nesting unambiguous). One that was posted
+ * while the communicator's last finished op still ran starts at that op's end (track_fit).
+ */
+static void write_nccl_pending(uint64_t end_ns)
+{
+  struct nccl_pending *p;
+  int n = nccl_pending_collect(end_ns, &p);
+  uint32_t depth[NCCL_MAX_COMMS];
+  char label[64];
+
+  if (n < 0)
+    log_warn("out of memory listing the pending NCCL operations; the trace %s does not show "
+             "them",
+             cap.path);
+  if (n <= 0)
+    return;
+  memset(depth, 0, sizeof(depth));
+  for (int i = 0; i < n; i++) {
+    const struct nccl_op_view *v = &p[i].v;
+    const struct nccl_comm *c = nccl_comm_get(v->comm);
+    uint32_t k = v->comm < NCCL_MAX_COMMS ? depth[v->comm]++ : 0;
+    struct trace_nccl_slice s = {.start_ns =
+                                     v->api_start_ns > wk.start_ns ? v->api_start_ns : wk.start_ns,
+                                 .end_ns = end_ns > k ? end_ns - k : end_ns,
+                                 .device = p[i].device,
+                                 .comm_hash = c ? c->hash : 0,
+                                 .comm_label = label,
+                                 .rank = c ? c->rank : 0,
+                                 .nranks = c ? c->nranks : 0,
+                                 .func = v->func,
+                                 .datatype = v->datatype,
+                                 .algo = v->algo,
+                                 .proto = v->proto,
+                                 .count = v->count,
+                                 .bytes = v->bytes,
+                                 .root = v->root,
+                                 .peer = v->peer,
+                                 .seq = v->seq,
+                                 .nchannels = v->nchannels,
+                                 .stream = UINT32_MAX,
+                                 .corr_id = p[i].corr,
+                                 .state = p[i].launched ? "launched, not finished" : "not launched",
+                                 .posted_ns = v->api_start_ns};
+    if (s.end_ns < s.start_ns)
+      s.end_ns = s.start_ns;
+    nccl_comm_label(v->comm, label, sizeof(label));
+    note_write(trace_writer_nccl_slice(wk.w, &s));
+  }
+  free(p);
+}
+
 static void write_memory(const struct event *ev)
 {
   uint32_t d = ev->device;
@@ -1215,6 +1271,7 @@ static void finish(void)
   end_ns = cap.deadline_ns;
   dropped = ws.dropped_records - cap.dropped_at_start;
   pthread_mutex_unlock(&cap.lock);
+  write_nccl_pending(end_ns);
   ring_dropped = wk.ring_dropped + atomic_exchange(&rings_failed, 0);
   trace_writer_meta_uint(wk.w, "capture_end_ns", end_ns);
   trace_writer_meta_uint(wk.w, "dropped_records", dropped);

@@ -105,7 +105,7 @@ static struct nccl_comm_slot *comm_fill(uint64_t hash, const char *name, int nno
 
 static struct {
   _Atomic uint64_t comms, comms_dropped, ops, ops_dropped, ops_joined, ops_unjoined, ops_overflow,
-      launch_conflicts, ignored_events, kernels;
+      launch_conflicts, ignored_events, kernels, unfinished;
   _Atomic uint64_t func_ops[NCCL_FUNC_COUNT], func_bytes[NCCL_FUNC_COUNT],
       func_gpu_ns[NCCL_FUNC_COUNT];
 } st;
@@ -183,9 +183,21 @@ void nccl_comm_label(uint32_t index, char *buf, size_t len)
 /* OP_RELEASING: the sweep took the op; its generation moves on before the slot is free. */
 enum { OP_FREE = 0, OP_OPEN, OP_BOUND, OP_RELEASING };
 
+/*
+ * An op's fields are written by application threads (op_new, the Coll/P2p start, the launch)
+ * while another thread may list the pending ops (nccl_pending_collect: the worker at a
+ * capture's end, or the exit path). They are written and read with relaxed atomics under a
+ * sequence count, wseq: odd while the op is free or being written, even when it is complete.
+ * A reader keeps a copy only if wseq, gen and state did not move while it copied. Only the
+ * op's owner writes it, so the count costs an uncontended increment per write.
+ */
+#define SET(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+#define GET(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
+
 struct op {
   _Atomic uint32_t state;
   _Atomic uint32_t gen;  /* bumped at each release: stale handles are recognized */
+  _Atomic uint32_t wseq; /* the write sequence above; 1 in a never-used op */
   _Atomic uint32_t next; /* the op bound to the same launch before this one: index + 1 */
   uint32_t corr;
   uint32_t comm;
@@ -237,6 +249,8 @@ int nccl_init(size_t pool_ops)
     return -ENOMEM;
   }
   pool_mask = (uint32_t)(n - 1);
+  for (size_t i = 0; i < n; i++)
+    atomic_store_explicit(&ops[i].wseq, 1, memory_order_relaxed);
   atomic_store_explicit(&pool_ready, 1, memory_order_release);
   return 0;
 }
@@ -245,6 +259,9 @@ int nccl_init(size_t pool_ops)
 
 static _Atomic(int *) mask_ptr;
 static _Atomic int tracing; /* the agent records API calls: NCCL events can be joined */
+/* When tracing last went on: on demand, ops of an earlier capture whose kernels ended while
+ * records were off are not pending in this one. */
+static _Atomic uint64_t tracing_since_ns;
 
 static int mask_value(void)
 {
@@ -268,6 +285,8 @@ void nccl_set_tracing(int on)
 {
   int *m;
 
+  if (on && !atomic_load_explicit(&tracing, memory_order_relaxed))
+    atomic_store_explicit(&tracing_since_ns, clock_realtime_ns(), memory_order_relaxed);
   atomic_store_explicit(&tracing, on != 0, memory_order_relaxed);
   /* NCCL reads its mask atomically at each group start (one int for all communicators). */
   m = atomic_load_explicit(&mask_ptr, memory_order_acquire);
@@ -304,8 +323,22 @@ static struct op *handle_op(void *h, unsigned *tag)
   return o;
 }
 
+/* Brackets writes to an op that readers may see (wseq above). */
+static void op_write_begin(struct op *o)
+{
+  atomic_fetch_add_explicit(&o->wseq, 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+}
+
+static void op_write_end(struct op *o)
+{
+  atomic_fetch_add_explicit(&o->wseq, 1, memory_order_release);
+}
+
 static void op_release(struct op *o)
 {
+  /* Odd while free: a reader never takes the fields of a slot being reclaimed. */
+  atomic_fetch_add_explicit(&o->wseq, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&o->gen, 1, memory_order_relaxed);
   atomic_store_explicit(&o->state, OP_FREE, memory_order_release);
 }
@@ -336,27 +369,27 @@ static struct op *op_alloc(uint32_t *idx_out)
 static void op_describe(struct op *o, const struct nccl_op_desc *d)
 {
   if (d->func)
-    o->func = func_index(d->func);
+    SET(o->func, func_index(d->func));
   if (d->datatype)
-    o->dtype = dtype_index(d->datatype);
+    SET(o->dtype, dtype_index(d->datatype));
   if (d->algo)
-    o->algo = name_index(d->algo, algo_names, N_ALGOS, 1);
+    SET(o->algo, name_index(d->algo, algo_names, N_ALGOS, 1));
   if (d->proto)
-    o->proto = name_index(d->proto, proto_names, N_PROTOS, 1);
+    SET(o->proto, name_index(d->proto, proto_names, N_PROTOS, 1));
   if (d->count)
-    o->count = d->count;
+    SET(o->count, d->count);
   if (d->root >= 0)
-    o->root = d->root;
+    SET(o->root, d->root);
   if (d->peer >= 0)
-    o->peer = d->peer;
+    SET(o->peer, d->peer);
   if (d->has_seq) {
-    o->seq = d->seq;
-    o->has_seq = 1;
+    SET(o->seq, d->seq);
+    SET(o->has_seq, 1);
   }
   if (d->nchannels)
-    o->nchannels = d->nchannels;
+    SET(o->nchannels, d->nchannels);
   if (d->graph_captured)
-    o->graph_captured = 1;
+    SET(o->graph_captured, 1);
 }
 
 /* A new op of communicator c, with this thread's host stack (the launch sampling policy). */
@@ -364,26 +397,37 @@ static struct op *op_new(struct nccl_comm_slot *c, const struct nccl_op_desc *d,
 {
   struct thread_state *ts;
   struct op *o = op_alloc(idx);
+  uint32_t stack_id = 0, weight = 0;
+  uint64_t now;
 
   if (!o)
     return NULL;
   ts = thread_state_get();
-  o->corr = 0;
-  o->comm = (uint32_t)(c - comms);
-  o->tid = ts->tid;
-  o->func = (uint8_t)(NCCL_FUNC_COUNT - 1);
-  o->dtype = o->algo = o->proto = 0;
-  o->has_seq = o->graph_captured = 0;
-  o->nchannels = 0;
-  o->count = 0;
-  o->root = o->peer = -1;
-  o->seq = 0;
+  now = clock_realtime_ns();
+  hoststack_capture(ts, HOSTSTACK_CALL_LAUNCH, &stack_id, &weight);
+  /* wseq is odd since the slot was freed (op_release): no write_begin here. */
+  SET(o->corr, 0);
+  SET(o->comm, (uint32_t)(c - comms));
+  SET(o->tid, ts->tid);
+  SET(o->stack_id, stack_id);
+  SET(o->weight, weight);
+  SET(o->func, (uint8_t)(NCCL_FUNC_COUNT - 1));
+  SET(o->dtype, 0);
+  SET(o->algo, 0);
+  SET(o->proto, 0);
+  SET(o->has_seq, 0);
+  SET(o->graph_captured, 0);
+  SET(o->nchannels, 0);
+  SET(o->count, 0);
+  SET(o->root, -1);
+  SET(o->peer, -1);
+  SET(o->seq, 0);
   atomic_store_explicit(&o->next, 0, memory_order_relaxed);
   atomic_store_explicit(&o->api_stop_ns, 0, memory_order_relaxed);
-  o->api_start_ns = clock_realtime_ns();
-  atomic_store_explicit(&o->born_ns, o->api_start_ns, memory_order_relaxed);
+  SET(o->api_start_ns, now);
+  atomic_store_explicit(&o->born_ns, now, memory_order_relaxed);
   op_describe(o, d);
-  hoststack_capture(ts, HOSTSTACK_CALL_LAUNCH, &o->stack_id, &o->weight);
+  op_write_end(o);
   ADD(ops, 1);
   return o;
 }
@@ -423,8 +467,10 @@ static void op_bind(struct op *o, uint32_t idx, uint32_t corr)
   struct lslot *s = &lslots[corr & pool_mask];
   uint32_t c = atomic_load_explicit(&s->corr, memory_order_acquire);
 
-  o->corr = corr;
+  op_write_begin(o);
+  SET(o->corr, corr);
   atomic_store_explicit(&o->state, OP_BOUND, memory_order_relaxed);
+  op_write_end(o);
   if (c == corr) {
     /* Another op of the same launch, bound by this same thread. */
     atomic_store_explicit(&o->next, atomic_load_explicit(&s->head, memory_order_relaxed),
@@ -477,7 +523,9 @@ void *nccl_task_start(struct nccl_comm_slot *c, void *parent, const struct nccl_
     task.func = task.datatype = NULL;
     task.count = 0;
     idx = (uint32_t)(o - ops);
+    op_write_begin(o);
     op_describe(o, &task);
+    op_write_end(o);
   } else if (!(o = op_new(c, d, &idx))) {
     return NULL;
   }
@@ -587,24 +635,27 @@ static unsigned cur_n;
 static const struct event *cur_ev;
 static uint64_t last_scan_ns;
 
-static void view_fill(struct nccl_op_view *v, const struct op *o)
+static void view_fill(struct nccl_op_view *v, struct op *o)
 {
-  v->func = func_names[o->func < NCCL_FUNC_COUNT ? o->func : NCCL_FUNC_COUNT - 1];
-  v->datatype = dtypes[o->dtype < N_DTYPES ? o->dtype : 0].name;
-  v->algo = algo_names[o->algo < N_ALGOS ? o->algo : 0];
-  v->proto = proto_names[o->proto < N_PROTOS ? o->proto : 0];
-  v->count = o->count;
-  v->bytes = o->count * dtypes[o->dtype < N_DTYPES ? o->dtype : 0].size;
-  v->root = o->root;
-  v->peer = o->peer;
-  v->seq = o->has_seq ? o->seq : UINT64_MAX;
-  v->nchannels = o->nchannels;
-  v->comm = o->comm;
-  v->tid = o->tid;
-  v->stack_id = o->stack_id;
-  v->weight = o->weight;
-  v->graph_captured = o->graph_captured;
-  v->api_start_ns = o->api_start_ns;
+  uint8_t func = GET(o->func), dtype = GET(o->dtype), algo = GET(o->algo), proto = GET(o->proto);
+
+  memset(v, 0, sizeof(*v));
+  v->func = func_names[func < NCCL_FUNC_COUNT ? func : NCCL_FUNC_COUNT - 1];
+  v->datatype = dtypes[dtype < N_DTYPES ? dtype : 0].name;
+  v->algo = algo_names[algo < N_ALGOS ? algo : 0];
+  v->proto = proto_names[proto < N_PROTOS ? proto : 0];
+  v->count = GET(o->count);
+  v->bytes = v->count * dtypes[dtype < N_DTYPES ? dtype : 0].size;
+  v->root = GET(o->root);
+  v->peer = GET(o->peer);
+  v->seq = GET(o->has_seq) ? GET(o->seq) : UINT64_MAX;
+  v->nchannels = GET(o->nchannels);
+  v->comm = GET(o->comm);
+  v->tid = GET(o->tid);
+  v->stack_id = GET(o->stack_id);
+  v->weight = GET(o->weight);
+  v->graph_captured = GET(o->graph_captured);
+  v->api_start_ns = GET(o->api_start_ns);
   v->api_stop_ns = atomic_load_explicit(&o->api_stop_ns, memory_order_relaxed);
 }
 
@@ -629,6 +680,33 @@ static int cur_room(unsigned n)
   return 1;
 }
 
+/*
+ * Per communicator, what its finished ops tell about the others (worker thread writes, any
+ * thread reads): the latest API start of an op that finished (NCCL runs a communicator's ops
+ * in order: an op posted before it finished too, even if its record was lost) and the device
+ * its kernels ran on (+ 1; the plugin is not told a communicator's device).
+ */
+static _Atomic uint64_t comm_done_posted[NCCL_MAX_COMMS];
+static _Atomic uint32_t comm_dev1[NCCL_MAX_COMMS];
+static _Atomic uint32_t any_dev1;
+
+static void comm_finished(uint32_t comm, uint64_t api_start_ns, uint32_t device)
+{
+  if (comm >= NCCL_MAX_COMMS)
+    return;
+  if (api_start_ns > atomic_load_explicit(&comm_done_posted[comm], memory_order_relaxed))
+    atomic_store_explicit(&comm_done_posted[comm], api_start_ns, memory_order_relaxed);
+  atomic_store_explicit(&comm_dev1[comm], device + 1, memory_order_relaxed);
+  atomic_store_explicit(&any_dev1, device + 1, memory_order_relaxed);
+}
+
+/* Whether an op of comm posted at api_start_ns may still be running (see nccl_pending). */
+static int comm_may_pend(uint32_t comm, uint64_t api_start_ns)
+{
+  return comm < NCCL_MAX_COMMS &&
+         atomic_load_explicit(&comm_done_posted[comm], memory_order_relaxed) <= api_start_ns;
+}
+
 void nccl_worker_event(const struct event *ev)
 {
   struct lslot *s;
@@ -642,6 +720,12 @@ void nccl_worker_event(const struct event *ev)
   s = &lslots[ev->corr_id & pool_mask];
   if (atomic_load_explicit(&s->corr, memory_order_acquire) != ev->corr_id)
     return;
+  if (ev->flags & EVENT_F_NO_TIMING) {
+    /* A forced flush (the exit path's) delivers kernels still running with no timestamps:
+     * not finished. Its ops stay bound, to be listed as pending (a hung collective). */
+    ADD(unfinished, 1);
+    return;
+  }
   idx1 = atomic_load_explicit(&s->head, memory_order_acquire);
   while (idx1 && idx1 - 1 <= pool_mask) {
     struct op *o = &ops[idx1 - 1];
@@ -649,7 +733,7 @@ void nccl_worker_event(const struct event *ev)
     /* Taken with a CAS: nccl_finish's sweep may run on another thread when the worker did not
      * stop in time, and an op must be released (and counted) once. */
     if (atomic_load_explicit(&o->state, memory_order_acquire) != OP_BOUND ||
-        o->corr != ev->corr_id ||
+        GET(o->corr) != ev->corr_id ||
         !atomic_compare_exchange_strong_explicit(&o->state, &state, OP_RELEASING,
                                                  memory_order_acquire, memory_order_relaxed))
       break;
@@ -686,6 +770,7 @@ void nccl_worker_event(const struct event *ev)
     ADD(func_ops[f], 1);
     ADD(func_bytes[f], cur[i].bytes);
     ADD(func_gpu_ns[f], cur[i].gpu_ns);
+    comm_finished(cur[i].comm, cur[i].api_start_ns, ev->device);
   }
   ADD(ops_joined, n);
   ADD(kernels, 1);
@@ -701,6 +786,139 @@ unsigned nccl_current(const struct event *ev, const struct nccl_op_view **out)
   return cur_n;
 }
 
+/* Whether o (read without a copy: a heuristic for the sweep) can be a pending op. */
+static int op_may_pend(struct op *o)
+{
+  uint64_t posted = GET(o->api_start_ns);
+
+  return atomic_load_explicit(&tracing, memory_order_relaxed) && !GET(o->graph_captured) &&
+         posted >= atomic_load_explicit(&tracing_since_ns, memory_order_relaxed) &&
+         comm_may_pend(GET(o->comm), posted);
+}
+
+/* A consistent copy of o into p if it is pending (nccl_pending): 1, else 0. */
+static int op_read_pending(struct op *o, struct nccl_pending *p)
+{
+  for (int tries = 0; tries < 8; tries++) {
+    uint32_t v = atomic_load_explicit(&o->wseq, memory_order_acquire);
+    uint32_t g = atomic_load_explicit(&o->gen, memory_order_acquire);
+    uint32_t st = atomic_load_explicit(&o->state, memory_order_acquire), st2, corr, d1;
+
+    if (st != OP_OPEN && st != OP_BOUND)
+      return 0;
+    if (v & 1)
+      continue; /* being written: its owner is inside a plugin callback, briefly */
+    view_fill(&p->v, o);
+    corr = GET(o->corr);
+    atomic_thread_fence(memory_order_acquire);
+    st2 = atomic_load_explicit(&o->state, memory_order_relaxed);
+    if (atomic_load_explicit(&o->wseq, memory_order_relaxed) != v ||
+        atomic_load_explicit(&o->gen, memory_order_relaxed) != g)
+      continue;
+    /* Taken by a kernel record (or the sweep) meanwhile: it finished. */
+    if (st2 != OP_OPEN && st2 != OP_BOUND)
+      return 0;
+    if (p->v.graph_captured ||
+        p->v.api_start_ns < atomic_load_explicit(&tracing_since_ns, memory_order_relaxed) ||
+        !comm_may_pend(p->v.comm, p->v.api_start_ns))
+      return 0;
+    /* OPEN -> BOUND happens inside a write section: st is the state the copy describes. */
+    p->launched = st == OP_BOUND;
+    p->corr = p->launched ? corr : 0;
+    d1 = p->v.comm < NCCL_MAX_COMMS
+             ? atomic_load_explicit(&comm_dev1[p->v.comm], memory_order_relaxed)
+             : 0;
+    if (!d1)
+      d1 = atomic_load_explicit(&any_dev1, memory_order_relaxed);
+    p->device = d1 ? d1 - 1 : 0;
+    return 1;
+  }
+  return 0;
+}
+
+static int pending_cmp(const void *a, const void *b)
+{
+  const struct nccl_pending *x = a, *y = b;
+
+  if (x->v.api_start_ns != y->v.api_start_ns)
+    return x->v.api_start_ns < y->v.api_start_ns ? -1 : 1;
+  if (x->v.comm != y->v.comm)
+    return x->v.comm < y->v.comm ? -1 : 1;
+  return x->v.seq < y->v.seq ? -1 : x->v.seq > y->v.seq;
+}
+
+/* The snapshot nccl_finish takes before releasing everything; published by exit_done. */
+static struct nccl_pending *exit_snap;
+static unsigned exit_n;
+static uint64_t exit_at_ns;
+static _Atomic int exit_done;
+
+/* One scan of the pool: the pending ops posted before before_ns, sorted. */
+static int pending_scan(uint64_t before_ns, struct nccl_pending **out)
+{
+  struct nccl_pending *arr = NULL, *p;
+  unsigned n = 0, cap = 0;
+
+  *out = NULL;
+  if (!atomic_load_explicit(&pool_ready, memory_order_acquire))
+    return 0;
+  for (uint32_t i = 0; i <= pool_mask; i++) {
+    struct nccl_pending tmp;
+    if (!op_read_pending(&ops[i], &tmp) || tmp.v.api_start_ns >= before_ns)
+      continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      p = realloc(arr, cap * sizeof(*arr));
+      if (!p) {
+        free(arr);
+        return -ENOMEM;
+      }
+      arr = p;
+    }
+    arr[n++] = tmp;
+  }
+  if (n > 1)
+    qsort(arr, n, sizeof(*arr), pending_cmp);
+  *out = arr;
+  return (int)n;
+}
+
+int nccl_pending_collect(uint64_t before_ns, struct nccl_pending **out)
+{
+  struct nccl_pending *arr;
+  unsigned n = 0;
+
+  *out = NULL;
+  if (!atomic_load_explicit(&exit_done, memory_order_acquire))
+    return pending_scan(before_ns, out);
+  /* After nccl_finish the pool is empty: what was pending then. */
+  for (unsigned i = 0; i < exit_n; i++)
+    n += exit_snap[i].v.api_start_ns < before_ns;
+  if (!n)
+    return 0;
+  arr = malloc(n * sizeof(*arr));
+  if (!arr)
+    return -ENOMEM;
+  n = 0;
+  for (unsigned i = 0; i < exit_n; i++)
+    if (exit_snap[i].v.api_start_ns < before_ns)
+      arr[n++] = exit_snap[i];
+  *out = arr;
+  return (int)n;
+}
+
+unsigned nccl_pending_at_exit(const struct nccl_pending **out, uint64_t *at_ns)
+{
+  if (!atomic_load_explicit(&exit_done, memory_order_acquire)) {
+    *out = NULL;
+    *at_ns = 0;
+    return 0;
+  }
+  *out = exit_snap;
+  *at_ns = exit_at_ns;
+  return exit_n;
+}
+
 /* Releases ops older than the bound and frees launch slots whose ops are gone. */
 static void sweep(uint64_t now_ns, uint64_t ttl_ns)
 {
@@ -713,7 +931,8 @@ static void sweep(uint64_t now_ns, uint64_t ttl_ns)
     /* Not straight to FREE: an application thread could claim the slot and hand out a
      * handle with the old generation before the increment, a handle this sweep then makes
      * stale (the op's Coll event would start a second op). */
-    if ((state == OP_OPEN || state == OP_BOUND) && (ttl_ns == 0 || now_ns - born > ttl_ns) &&
+    if ((state == OP_OPEN || state == OP_BOUND) &&
+        (ttl_ns == 0 || (now_ns - born > ttl_ns && !op_may_pend(o))) &&
         atomic_compare_exchange_strong_explicit(&o->state, &state, OP_RELEASING,
                                                 memory_order_acq_rel, memory_order_relaxed)) {
       op_release(o);
@@ -727,7 +946,7 @@ static void sweep(uint64_t now_ns, uint64_t ttl_ns)
     if (c && c != SLOT_BUSY &&
         (!h || h - 1 > pool_mask ||
          atomic_load_explicit(&ops[h - 1].state, memory_order_acquire) != OP_BOUND ||
-         ops[h - 1].corr != c))
+         GET(ops[h - 1].corr) != c))
       atomic_compare_exchange_strong_explicit(&s->corr, &c, 0, memory_order_release,
                                               memory_order_relaxed);
   }
@@ -747,9 +966,22 @@ void nccl_finish(void)
 {
   static _Atomic int done;
 
+  struct nccl_pending *snap;
+  int n;
+
   if (atomic_exchange(&done, 1) || !atomic_load_explicit(&pool_ready, memory_order_acquire))
     return;
-  sweep(clock_realtime_ns(), 0);
+  /* Before the sweep empties the pool: the summary and a capture the exit path finishes
+   * list what was still pending (a hung collective). Kept to the process's end. */
+  exit_at_ns = clock_realtime_ns();
+  n = pending_scan(UINT64_MAX, &snap);
+  if (n < 0)
+    log_warn("out of memory listing the pending NCCL operations at exit; they are counted as "
+             "unjoined only");
+  exit_snap = n > 0 ? snap : NULL;
+  exit_n = n > 0 ? (unsigned)n : 0;
+  atomic_store_explicit(&exit_done, 1, memory_order_release);
+  sweep(exit_at_ns, 0);
 }
 
 void nccl_get_stats(struct nccl_stats *out)
@@ -764,6 +996,7 @@ void nccl_get_stats(struct nccl_stats *out)
   out->launch_conflicts = atomic_load(&st.launch_conflicts);
   out->ignored_events = atomic_load(&st.ignored_events);
   out->kernels = atomic_load(&st.kernels);
+  out->unfinished = atomic_load(&st.unfinished);
 }
 
 void nccl_count_ignored(void)

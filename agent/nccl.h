@@ -20,8 +20,9 @@ struct event;
  * published in a table indexed by correlation id; the worker takes the ops of each kernel
  * record it decodes (nccl_worker_event), before the consumers see the event, and the
  * consumers read them back with nccl_current. Ops that never meet a kernel (graph-captured
- * calls, a launch the agent did not see) are released after NCCL_OP_TTL_NS and counted; those
- * of a KernelLaunch bracket that closed without a launch the agent saw are released at once.
+ * calls, a launch the agent did not see) are released after NCCL_OP_TTL_NS and counted, unless
+ * still pending (nccl_pending below: a hung collective stays listed); those of a KernelLaunch
+ * bracket that closed without a launch the agent saw are released at once.
  */
 
 /* Event types of the NCCL profiler API (cupti.md 4.3). */
@@ -90,6 +91,7 @@ struct nccl_stats {
   uint64_t launch_conflicts; /* a launch's ops could not be published (table slot busy) */
   uint64_t ignored_events;   /* events of types not asked for or unknown */
   uint64_t kernels;          /* kernel records that carried ops */
+  uint64_t unfinished;       /* kernel records without timestamps (not finished) left pending */
 };
 
 /* Per-func totals for the summary: joined ops only. */
@@ -164,15 +166,43 @@ static inline void nccl_note_launch(uint32_t corr_id, const char *symbol_name)
 void nccl_worker_event(const struct event *ev);
 /* The ops of ev, if ev is the kernel nccl_worker_event just took them for: count, *out. */
 unsigned nccl_current(const struct event *ev, const struct nccl_op_view **out);
-/* Periodically: releases ops older than NCCL_OP_TTL_NS (counted as unjoined). */
+/* Periodically: releases ops older than NCCL_OP_TTL_NS (counted as unjoined), except those still
+ * pending (nccl_pending): a hang is diagnosed long after it began. */
 void nccl_worker_tick(uint64_t now_ns);
 /* A communicator by the index in a view; NULL if none. */
 const struct nccl_comm *nccl_comm_get(uint32_t index);
 /* "<name or hash16> rank r/n" label used by traces and profiles. */
 void nccl_comm_label(uint32_t index, char *buf, size_t len);
 
-/* At exit (worker joined or not): counts ops still open as unjoined. */
+/*
+ * Ops still pending: recorded, not joined to a finished kernel, and not followed by a joined op
+ * posted later on their communicator (NCCL runs a communicator's ops in order, so a later op
+ * that finished means this one finished too and only its record was lost). A hung collective
+ * is one: its kernel never completes, so CUPTI never delivers its record (a forced flush at
+ * exit delivers it without timestamps, which does not count as finished). Graph-captured ops
+ * are left out (their kernels run under the graph launch's correlation id, never theirs), and
+ * in on-demand mode ops posted before NCCL events were last switched on.
+ */
+struct nccl_pending {
+  struct nccl_op_view v; /* gpu_ns 0; seq, algo, proto, nchannels known once launched */
+  uint32_t corr;         /* the launch's correlation id; 0 when not launched */
+  uint32_t device;       /* of its communicator's last joined kernel, else of any, else 0 */
+  int launched;          /* the launch was seen ("launched, not finished") */
+};
+
+/* The pending ops whose API call began before before_ns, oldest first, in a malloc'd array
+ * (*out, the caller frees it; NULL when none). Returns how many, or -ENOMEM. Bounded: one
+ * scan of the pool. Any thread, while plugins write the pool: an op is copied under its
+ * write sequence and left out if it is being rewritten or released meanwhile. After
+ * nccl_finish, the ops pending at exit (its snapshot). */
+int nccl_pending_collect(uint64_t before_ns, struct nccl_pending **out);
+
+/* At exit (worker joined or not): keeps a snapshot of the pending ops for the summary and the
+ * exit path's capture, then counts ops still open as unjoined. */
 void nccl_finish(void);
+/* The ops pending at exit (nccl_finish's snapshot), oldest first; *at_ns: when it was taken.
+ * Returns how many (all of them; the caller shows what it wants). */
+unsigned nccl_pending_at_exit(const struct nccl_pending **out, uint64_t *at_ns);
 void nccl_get_stats(struct nccl_stats *out);
 /* The per-func totals (funcs with ops only); returns how many were filled. */
 unsigned nccl_get_func_totals(struct nccl_func_total *out, unsigned max);

@@ -181,6 +181,43 @@ static void write_graphs(struct json_writer *w, const struct summary_input *in)
   json_writer_end_object(w);
 }
 
+#define NCCL_PENDING_SHOWN 16u
+
+/* The NCCL ops still pending at exit (agent/nccl.h nccl_pending): how many, and the oldest
+ * NCCL_PENDING_SHOWN, the ones a hang is diagnosed from (docs/SUMMARY.md). */
+static void write_nccl_pending(struct json_writer *w)
+{
+  const struct nccl_pending *p;
+  uint64_t at;
+  unsigned n = nccl_pending_at_exit(&p, &at);
+  char hash[24];
+
+  json_writer_kv_uint(w, "ops_pending", n);
+  json_writer_key(w, "pending");
+  json_writer_begin_array(w);
+  for (unsigned i = 0; i < n && i < NCCL_PENDING_SHOWN; i++) {
+    const struct nccl_comm *c = nccl_comm_get(p[i].v.comm);
+    json_writer_begin_object(w);
+    /* A string: a 64-bit hash does not survive a JSON number (a double). */
+    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)(c ? c->hash : 0));
+    json_writer_kv_string(w, "comm", hash);
+    if (c && c->name[0])
+      json_writer_kv_string(w, "comm_name", c->name);
+    json_writer_kv_int(w, "rank", c ? c->rank : 0);
+    json_writer_kv_int(w, "nranks", c ? c->nranks : 0);
+    json_writer_kv_string(w, "func", p[i].v.func);
+    if (p[i].v.seq != UINT64_MAX)
+      json_writer_kv_uint(w, "seq", p[i].v.seq);
+    json_writer_kv_uint(w, "count", p[i].v.count);
+    json_writer_kv_uint(w, "bytes", p[i].v.bytes);
+    json_writer_kv_string(w, "state", p[i].launched ? "launched, not finished" : "not launched");
+    json_writer_kv_uint(w, "age_ms",
+                        at > p[i].v.api_start_ns ? (at - p[i].v.api_start_ns) / 1000000u : 0);
+    json_writer_end_object(w);
+  }
+  json_writer_end_array(w);
+}
+
 /* NCCL operations seen through the profiler plugin (docs/SUMMARY.md), when a plugin was
  * initialised: what was joined to a kernel, what was lost, and per func the joined ops. */
 static void write_nccl(struct json_writer *w)
@@ -205,6 +242,7 @@ static void write_nccl(struct json_writer *w)
   json_writer_kv_uint(w, "launch_conflicts", st.launch_conflicts);
   json_writer_kv_uint(w, "ignored_events", st.ignored_events);
   json_writer_kv_uint(w, "kernels", st.kernels);
+  write_nccl_pending(w);
   json_writer_key(w, "funcs");
   json_writer_begin_object(w);
   for (unsigned i = 0; i < n; i++) {
@@ -477,6 +515,38 @@ static void fmt_ns(uint64_t ns, char *buf, size_t len)
     snprintf(buf, len, "%.2f s", (double)ns / 1e9);
 }
 
+/* The NCCL ops pending at exit, oldest first: where each rank's log shows a hang. */
+static void print_nccl_pending(struct fd_writer *fw)
+{
+  const struct nccl_pending *p;
+  uint64_t at;
+  unsigned n = nccl_pending_at_exit(&p, &at);
+  char label[64], seq[32];
+
+  if (!n)
+    return;
+  fd_writer_printf(fw, "gpuprof:   NCCL: %u ops still pending at exit (a hang?), oldest first:\n",
+                   n);
+  for (unsigned i = 0; i < n && i < NCCL_PENDING_SHOWN; i++) {
+    const struct nccl_comm *c = nccl_comm_get(p[i].v.comm);
+    nccl_comm_label(p[i].v.comm, label, sizeof(label));
+    if (p[i].v.seq != UINT64_MAX)
+      snprintf(seq, sizeof(seq), " seq %llu", (unsigned long long)p[i].v.seq);
+    else
+      seq[0] = '\0';
+    fd_writer_printf(
+        fw,
+        "gpuprof:     %s%s on comm %s rank %d/%d: %s, %llu bytes, posted %llu ms "
+        "before exit\n",
+        p[i].v.func, seq, label, c ? c->rank : 0, c ? c->nranks : 0,
+        p[i].launched ? "launched, not finished" : "not launched", (unsigned long long)p[i].v.bytes,
+        (unsigned long long)(at > p[i].v.api_start_ns ? (at - p[i].v.api_start_ns) / 1000000u : 0));
+  }
+  if (n > NCCL_PENDING_SHOWN)
+    fd_writer_printf(fw, "gpuprof:     ... and %u more (the summary file lists %u)\n",
+                     n - NCCL_PENDING_SHOWN, NCCL_PENDING_SHOWN);
+}
+
 void summary_print(const struct summary_input *in, const char *written_to)
 {
   static const struct agg_totals zero;
@@ -580,6 +650,7 @@ void summary_print(const struct summary_input *in, const char *written_to)
                        (unsigned long long)ns.ops, (unsigned long long)ns.comms,
                        (unsigned long long)ns.ops_joined, (unsigned long long)ns.ops_unjoined,
                        (unsigned long long)ns.ops_dropped);
+    print_nccl_pending(&fw);
   }
   losses = in->worker.dropped_records + in->worker.zero_timestamps + in->worker.invalid_records +
            t->joins_unknown + (in->mem ? in->mem->unknown_frees : 0) + in->buffer_pool_exhausted +

@@ -926,7 +926,7 @@ static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *
 {
   const struct trace_gpu_slice *g = s->gpu;
   const struct trace_nccl_slice *nc = s->nccl;
-  Annotation a[16], *ap[16];
+  Annotation a[18], *ap[18];
   char hash[24];
   size_t na = 0;
 
@@ -945,12 +945,19 @@ static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *
       ann_named_str(&a[na++], "algo", nc->algo);
     if (nc->proto && *nc->proto)
       ann_named_str(&a[na++], "proto", nc->proto);
-    ann_named_uint(&a[na++], "nChannels", nc->nchannels);
+    if (!nc->state || nc->nchannels)
+      ann_named_uint(&a[na++], "nChannels", nc->nchannels);
     snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)nc->comm_hash);
     ann_named_str(&a[na++], "comm", hash);
     ann_named_uint(&a[na++], "rank", (uint64_t)nc->rank);
     ann_named_uint(&a[na++], "nranks", (uint64_t)nc->nranks);
-    ann_named_uint(&a[na++], "stream", nc->stream);
+    if (nc->stream != UINT32_MAX)
+      ann_named_uint(&a[na++], "stream", nc->stream);
+    if (nc->state) {
+      /* Still pending at the capture's end (docs/TRACES.md "NCCL"). */
+      ann_named_str(&a[na++], "state", nc->state);
+      ann_named_uint(&a[na++], "posted_ns", nc->posted_ns);
+    }
     if (nc->group_ops > 1) {
       /* The interval is the op's share of a grouped kernel, not when it ran. */
       ann_named_uint(&a[na++], "group_ops", nc->group_ops);

@@ -159,6 +159,13 @@ struct trace_nccl_slice {
   uint32_t corr_id;   /* the kernel launch's correlation id */
   uint32_t group_ops; /* ops the kernel ran; > 1: args group_ops and kernel_ns are written */
   uint64_t kernel_ns; /* the kernel's duration */
+  /* An op still pending at the capture's end (agent/nccl.h nccl_pending): its state ("launched,
+   * not finished" or "not launched"), written as arg `state` with `posted_ns` (the API call's
+   * absolute start). NULL for a finished op. A pending op's corr_id is 0 when it was not
+   * launched (no `correlation` arg then), stream UINT32_MAX (none) and nchannels 0 (not yet
+   * known) leave those args out. */
+  const char *state;
+  uint64_t posted_ns;
 };
 int trace_writer_nccl_slice(struct trace_writer *w, const struct trace_nccl_slice *s);
 

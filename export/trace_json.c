@@ -363,8 +363,10 @@ static char *put_nccl_args(char *p, const struct trace_nccl_slice *n)
     p = PUT(p, ",\"proto\":");
     p = put_cstr(p, n->proto);
   }
-  p = PUT(p, ",\"nChannels\":");
-  p = put_u64(p, n->nchannels);
+  if (!n->state || n->nchannels) {
+    p = PUT(p, ",\"nChannels\":");
+    p = put_u64(p, n->nchannels);
+  }
   /* A string: a 64-bit hash does not survive a JSON number (a double). */
   snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)n->comm_hash);
   p = PUT(p, ",\"comm\":");
@@ -373,8 +375,16 @@ static char *put_nccl_args(char *p, const struct trace_nccl_slice *n)
   p = put_i64(p, n->rank);
   p = PUT(p, ",\"nranks\":");
   p = put_i64(p, n->nranks);
-  p = PUT(p, ",\"stream\":");
-  p = put_u64(p, n->stream);
+  if (n->stream != UINT32_MAX) {
+    p = PUT(p, ",\"stream\":");
+    p = put_u64(p, n->stream);
+  }
+  if (n->state) {
+    p = PUT(p, ",\"state\":");
+    p = put_cstr(p, n->state);
+    p = PUT(p, ",\"posted_ns\":");
+    p = put_u64(p, n->posted_ns);
+  }
   if (n->group_ops > 1) {
     /* The interval is the op's share of a grouped kernel, not when it ran. */
     p = PUT(p, ",\"group_ops\":");
@@ -414,12 +424,22 @@ static int json_slice(struct trace_writer *w, struct trace_track *t, const struc
   p = put_milli(p, rel(w, s->start));
   p = PUT(p, ",\"dur\":");
   p = put_milli(p, s->end - s->start);
-  p = PUT(p, ",\"args\":{\"correlation\":");
-  p = put_u64(p, s->corr_id);
-  if (s->gpu)
-    p = put_gpu_args(p, s->gpu, s->end - s->start);
-  else if (s->nccl)
-    p = put_nccl_args(p, s->nccl);
+  if (s->nccl && s->nccl->state && !s->corr_id) {
+    /* A pending op never launched has no correlation id: its args start with the next one,
+     * without put_nccl_args's leading comma. */
+    char *q;
+    p = PUT(p, ",\"args\":{");
+    q = put_nccl_args(p, s->nccl);
+    memmove(p, p + 1, (size_t)(q - p - 1));
+    p = q - 1;
+  } else {
+    p = PUT(p, ",\"args\":{\"correlation\":");
+    p = put_u64(p, s->corr_id);
+    if (s->gpu)
+      p = put_gpu_args(p, s->gpu, s->end - s->start);
+    else if (s->nccl)
+      p = put_nccl_args(p, s->nccl);
+  }
   p = PUT(p, "}}");
   if (s->flow_out) {
     p = put_flow(p, w, t, 0, s->flow_out, s->start);

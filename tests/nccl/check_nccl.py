@@ -150,6 +150,9 @@ SUMMARY["api"] = {"comms": 1, "ops": 5, "ops_joined": 5, "ops_unjoined": 0, "ops
 PPROF["api"] = "api"
 
 
+PENDING_AT_EXIT = {"overflow": 16384}
+
+
 def split_ok(times, total):
     return sum(times) == total and all(t in (total // len(times), total // len(times) + 1)
                                        for t in times)
@@ -313,8 +316,9 @@ def check_ondemand(c, pid, validator):
 
 
 # case span (on demand): a group whose capture ended before ncclGroupEnd (its bracketed launch
-# unseen), then e2e_allreduce in a second capture: the first op is unjoined, the second
-# capture's kernel carries e2e_allreduce's op only. Ignored: 2 GroupApi, 2 Group.
+# unseen), then e2e_allreduce in a second capture: the first op is unjoined (pending, not
+# launched, at the first capture's end), the second capture's kernel carries e2e_allreduce's op
+# only. Ignored: 2 GroupApi, 2 Group.
 SPAN_OPS = {"e2e_allreduce": [("AllReduce", 524288, "ncclBfloat16", 1048576, 1, None, K_AR_BF16)]}
 SUMMARY["span"] = {"comms": 1, "ops": 2, "ops_joined": 1, "ops_unjoined": 1, "ops_dropped": 0,
                    "ignored_events": 4, "kernels": 1, **COUNTS,
@@ -333,7 +337,147 @@ def check_span(c, pid, validator):
         if any(x[1] == K_AR_BF16 for x in got):
             check_api_slices(c, got, os.path.basename(t), SPAN_OPS)
         else:
-            c.eq(f"{t}: NCCL slices", [x for x in got if x[0].startswith("NCCL comm")], [])
+            # The first capture ended inside the group: its op is pending, not launched, from
+            # its API call to the capture's end.
+            meta = check_traces.load_json_events(t)["metadata"]
+            c.eq(f"{t}: NCCL slices (name, state, count, datatype, interval)",
+                 [(x[1], x[4].get("state"), x[4].get("count"), x[4].get("datatype"), x[2], x[3])
+                  for x in got if x[0].startswith("NCCL comm")],
+                 [("AllReduce", "not launched", 100000, "ncclFloat32",
+                   next((x[4].get("posted_ns") for x in got if x[0].startswith("NCCL comm")), None),
+                   int(meta["capture_end_ns"]))])
+
+
+# case hang: nccl_api_e2e hang (see hang() there). Two finished AllReduces on each of the comms
+# hang0 (bf16, 100 us kernels) and hang1 (f32, 90001 ns), then pending: AllReduce seq 2 and 3
+# on hang0 (launched, kernel never finished) and an AllReduce on hang1 inside a group never
+# ended (not launched). Ignored: 7 GroupApi (one per call), 6 Group (one per launch).
+HANG_PENDING = [  # (comm name, seq, count, datatype, bytes, state)
+    ("hang0", 2, 524288, "ncclBfloat16", 1048576, "launched, not finished"),
+    ("hang0", 3, 4096, "ncclBfloat16", 8192, "launched, not finished"),
+    ("hang1", None, 2048, "ncclFloat32", 8192, "not launched"),
+]
+HANG_FINISHED = [  # (comm name, seq, count, datatype, bytes, kernel)
+    ("hang0", 0, 524288, "ncclBfloat16", 1048576, K_AR_BF16),
+    ("hang0", 1, 524288, "ncclBfloat16", 1048576, K_AR_BF16),
+    ("hang1", 0, 100000, "ncclFloat32", 400000, K_AR_F32),
+    ("hang1", 1, 100000, "ncclFloat32", 400000, K_AR_F32),
+]
+SUMMARY["hang"] = {"comms": 2, "comms_dropped": 0, "ops": 7, "ops_joined": 4, "ops_unjoined": 3,
+                   "ops_dropped": 0, "ops_overflow": 0, "launch_conflicts": 0,
+                   "ignored_events": 13, "kernels": 4, "ops_pending": 3,
+                   "funcs": {"AllReduce": {"ops": 4, "bytes": 2897152,
+                                           "gpu_time_ns": 380002}}}
+PPROF["hang"] = "hang"
+
+
+def check_hang_summary(c, got, stderr):
+    """The summary's pending list (oldest first) and the exit summary's lines."""
+    got = dict(got or {})
+    pending = got.pop("pending", None)
+    c.eq("summary nccl (but pending)", got, SUMMARY["hang"])
+    pending = pending or []
+    c.eq("summary nccl.pending: (comm_name, rank, nranks, func, seq, count, bytes, state)",
+         [(p.get("comm_name"), p.get("rank"), p.get("nranks"), p.get("func"), p.get("seq"),
+           p.get("count"), p.get("bytes"), p.get("state")) for p in pending],
+         [(n, 0, 2, "AllReduce", q, cnt, b, st) for n, q, cnt, _, b, st in HANG_PENDING])
+    for p in pending:
+        c.true(f"summary pending {p.get('seq')}: comm is a hash, age_ms a number",
+               re.fullmatch(r"[0-9a-f]{16}", p.get("comm", "")) is not None and
+               isinstance(p.get("age_ms"), int))
+        c.eq("summary pending keys", sorted(p), sorted(
+            ["comm", "comm_name", "rank", "nranks", "func", "count", "bytes", "state", "age_ms"] +
+            (["seq"] if p.get("seq") is not None else [])))
+    c.eq("summary pending: one hash per comm",
+         len({p.get("comm") for p in pending}), 2)
+    lines = [ln for ln in stderr.splitlines() if "pending" in ln or ln.startswith("gpuprof:     ")
+             and " on comm " in ln]
+    want = [r"gpuprof:   NCCL: 3 ops still pending at exit \(a hang\?\), oldest first:",
+            r"gpuprof:     AllReduce seq 2 on comm hang0 rank 0/2: launched, not finished, "
+            r"1048576 bytes, posted \d+ ms before exit",
+            r"gpuprof:     AllReduce seq 3 on comm hang0 rank 0/2: launched, not finished, "
+            r"8192 bytes, posted \d+ ms before exit",
+            r"gpuprof:     AllReduce on comm hang1 rank 0/2: not launched, 8192 bytes, posted \d+ "
+            r"ms before exit"]
+    c.eq("exit summary: pending lines", len(lines), len(want))
+    for ln, w in zip(lines, want):
+        c.true(f"exit summary line {ln!r}", re.fullmatch(w, ln) is not None)
+    return {p.get("comm_name"): p.get("comm") for p in pending}
+
+
+def check_hang_trace(c, slices, meta, what, first, hashes):
+    """first: the capture that saw the finished ops (stopped by the program, written by the
+    worker); else the one started after the hang (finished by the exit path)."""
+    cs, ce = int(meta["capture_start_ns"]), int(meta["capture_end_ns"])
+    ops = [x for x in slices if x[0].startswith("NCCL comm")]
+    # Two streams: the comms' kernels overlap, so by track, then in the comm's order.
+    done = sorted((x for x in ops if "state" not in x[4]), key=lambda x: (x[0], x[2]))
+    pend = sorted((x for x in ops if "state" in x[4]), key=lambda x: (x[4].get("posted_ns", 0), x[0]))
+    kernels = {}
+    for t, n, s, e, a in slices:
+        if n in (K_AR_BF16, K_AR_F32):
+            kernels[a.get("correlation")] = (n, s, e)
+    c.eq(f"{what}: finished ops (track, seq)", [(x[0], x[4].get("seq")) for x in done],
+         [(f"NCCL comm {n} rank 0/2", q) for n, q, *_ in HANG_FINISHED] if first else [])
+    for (t, n, s, e, a), w in zip(done, HANG_FINISHED):
+        c.eq(f"{what}: finished {w[0]} seq {w[1]}: kernel, interval; args",
+             (kernels.get(a.get("correlation")), [a.get(k) for k in (
+                 "count", "datatype", "bytes", "comm", "algo", "proto", "nChannels")]),
+             ((w[5], s, e), [w[2], w[3], w[4], hashes.get(w[0]), "RING", "LL", 2]))
+    c.eq(f"{what}: pending ops (track, name, seq, state)",
+         [(x[0], x[1], x[4].get("seq"), x[4].get("state")) for x in pend],
+         [(f"NCCL comm {n} rank 0/2", "AllReduce", q, st) for n, q, _, _, _, st in HANG_PENDING])
+    if len(pend) != len(HANG_PENDING):
+        return
+    depth = {}
+    corrs = []
+    for (t, n, s, e, a), w in zip(pend, HANG_PENDING):
+        k = depth.get(w[0], 0)
+        depth[w[0]] = k + 1
+        posted = a.get("posted_ns")
+        # From the API call (or the capture's start) to the capture's end; a comm's later
+        # pending op nests inside the earlier one: 1 ns shorter at the end, and 1 ns later at
+        # the start when both began with the capture.
+        start = max(posted, cs) if posted is not None else None
+        if start is not None and k and start == cs:
+            start += 1
+        c.eq(f"{what}: pending {w[0]} seq {w[1]}: interval", (s, e), (start, ce - k))
+        c.true(f"{what}: pending {w[0]} seq {w[1]}: posted before the end ({posted})",
+               posted is not None and posted < ce and (posted >= cs or not first))
+        launched = w[5] == "launched, not finished"
+        want = {"count": w[2], "datatype": w[3], "bytes": w[4], "comm": hashes.get(w[0]),
+                "rank": 0, "nranks": 2, "algo": "RING" if launched else None,
+                "proto": "LL" if launched else None, "nChannels": 2 if launched else None,
+                "stream": None, "group_ops": None}
+        c.eq(f"{what}: pending {w[0]} seq {w[1]}: args", {k_: a.get(k_) for k_ in want}, want)
+        corr = a.get("correlation")
+        c.true(f"{what}: pending {w[0]} seq {w[1]}: correlation {corr} iff launched",
+               (corr is not None and corr > 0 and corr not in kernels) if launched else
+               not corr)
+        if launched:
+            corrs.append(corr)
+    c.true(f"{what}: seq 2 launched before seq 3 ({corrs})", corrs == sorted(set(corrs)))
+
+
+def check_hang(c, pid, fmt, validator, proto, protoc, hashes):
+    out = os.environ["GPUPROF_OUTPUT_DIR"]
+    suffix = ".json" if fmt == "json" else ".pftrace"
+    traces = glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture*{suffix}"))
+    c.eq(f"{suffix} traces", len(traces), 2)
+    got = []
+    for t in traces:
+        if fmt == "json":
+            sl = json_slices(c, t, validator)
+            meta = check_traces.load_json_events(t)["metadata"]
+        elif not protoc:
+            print("SKIP: protoc not found: the .pftrace cannot be checked")
+            return
+        else:
+            sl, meta = pftrace_slices(c, t, proto, protoc, with_meta=True)
+        got.append((int(meta.get("capture_start_ns", 0)), t, sl, meta))
+    got.sort()
+    for i, (_, t, sl, meta) in enumerate(got):
+        check_hang_trace(c, sl, meta, os.path.basename(t), i == 0, hashes)
 
 
 def nccl_profiles(pid):
@@ -350,6 +494,16 @@ def check_pprof(c, case, pid):
         return
     if case in ("ondemand", "span"):
         return  # check_ondemand, check_span
+    if case == "hang":
+        # The finished ops only: pending ones never reached a kernel.
+        files = nccl_profiles(pid)
+        c.eq("nccl profile files", len(files), 1)
+        if files:
+            prof = read_profile(files[0])
+            c.eq("nccl: ops, bytes, time of the finished ops",
+                 [sum(s["values"][i] for s in prof["samples"]) for i in range(3)],
+                 [4, 2897152, 380002])
+        return
     files = nccl_profiles(pid)
     want = PPROF[case]
     if want is None:
@@ -451,12 +605,15 @@ def json_slices(c, path, validator):
     return out
 
 
-def pftrace_slices(c, path, proto, protoc):
+def pftrace_slices(c, path, proto, protoc, with_meta=False):
     trace = check_traces.decode_pftrace(path, proto, protoc)
     c.eq(f"{path}: decode", check_traces.failures, [])
     if trace is None:
-        return []
+        return ([], {}) if with_meta else []
     tracks, slices, counters, instants, open_ = check_traces.rebuild(trace, path)
+    meta = {}
+    for i in instants:
+        meta.update({k: str(v).strip('"') for k, v in i.get("args", {}).items()})
     c.eq(f"{path}: importer rules", check_traces.failures, [])
     c.true(f"{path}: slices left open", not any(open_.values()))
     out = []
@@ -477,7 +634,7 @@ def pftrace_slices(c, path, proto, protoc):
             args.setdefault("correlation", b.get("corr"))
             out.append((tn, name, s, e, args))
     out.sort(key=lambda x: (x[2], x[0]))
-    return out
+    return (out, meta) if with_meta else out
 
 
 def one_thread(d):
@@ -504,7 +661,7 @@ def main():
     proc.stdout, proc.stderr = proc.communicate(timeout=120)
     sys.stderr.write(proc.stderr)
     c.eq("exit status", proc.returncode, 0)
-    api = a.case in ("api", "initall", "ondemand", "span")
+    api = a.case in ("api", "initall", "ondemand", "span", "hang")
     done = "nccl_api_e2e: done" if api else f"nccl_plugin_sim {a.case}: done"
     c.true(f"the program finished ({proc.stdout!r})", done in proc.stdout)
     if not api:
@@ -520,9 +677,25 @@ def main():
         c.true("no summary", not os.path.exists(os.environ["GPUPROF_SUMMARY_FILE"]))
         c.eq("no output files", glob.glob(os.path.join(out, "*")), [])
         return c.exit_status("check_nccl noinject")
-    c.true(f"nothing on stderr: {proc.stderr!r}", proc.stderr == "")
+    if a.case != "hang":
+        c.true(f"nothing on stderr: {proc.stderr!r}", proc.stderr == "")
+    else:
+        c.eq("no warnings", [ln for ln in proc.stderr.splitlines() if "warn" in ln.lower()], [])
     with open(os.environ["GPUPROF_SUMMARY_FILE"]) as f:
         got = json.load(f).get("nccl")
+    if a.case == "hang":
+        hashes = check_hang_summary(c, got, proc.stderr)
+        check_pprof(c, a.case, proc.pid)
+        if a.format:
+            check_hang(c, proc.pid, a.format, a.validator, a.proto, a.protoc, hashes)
+        return c.exit_status(f"check_nccl hang {a.format or ''}")
+    if got is not None:
+        # Ops still pending at exit: only the overflow case's, never joined (16 listed).
+        n = PENDING_AT_EXIT.get(a.case, 0)
+        pend = got.pop("pending", None)
+        c.eq("summary nccl: ops_pending, pending listed",
+             (got.pop("ops_pending", None), len(pend) if pend is not None else None),
+             (n, min(n, 16)))
     if a.case == "api":
         got = {k: v for k, v in (got or {}).items() if k in SUMMARY["api"]}
     c.eq("summary nccl", got, SUMMARY[a.case])

@@ -2,12 +2,14 @@
  * send/recv pair; run against the NCCL double with NCCL_PROFILER_PLUGIN naming the agent.
  * Modes: api (that), initall (the two comms of one ncclCommInitAll driven in one group from
  * one thread, as samples/nccl_allreduce.cu), ondemand (the same calls inside and outside
- * captures, one of them GPU-only), span (a group that outlives its capture). */
+ * captures, one of them GPU-only), span (a group that outlives its capture), hang (collectives
+ * that never finish, see hang()). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nccl.h>
 
@@ -124,6 +126,75 @@ static int capture(unsigned flags, int on)
   return 0;
 }
 
+/*
+ * hang: two named comms ("hang0", "hang1") of two ranks (rank 0 here), two AllReduces each
+ * that finish, then a collective that never does: AllReduce seq 2 on hang0 whose kernel runs
+ * for 10^12 ns (its record never comes), seq 3 queued behind it, and on hang1 an AllReduce
+ * inside a group that is never ended (not launched). The capture started by
+ * GPUPROF_CAPTURE_ON_START is stopped (the worker finishes it), a second one is started after
+ * the hang began and the program exits without ending it or synchronizing (the exit path
+ * finishes it). Both traces and the summary list the three pending ops.
+ */
+static ncclComm_t hang_comm[2]; /* never destroyed (a hung job): reachable, not leaked */
+
+static int hang(void)
+{
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream st[2];
+  CUdeviceptr a, b;
+  ncclComm_t *comm = hang_comm;
+  void *lib;
+  int (*start)(unsigned, unsigned);
+  int (*stop)(void);
+
+  CU(cuInit(0)); /* loads the agent (CUDA_INJECTION64_PATH) */
+  lib = dlopen(getenv("CUDA_INJECTION64_PATH"), RTLD_NOW | RTLD_NOLOAD);
+  start = lib ? (int (*)(unsigned, unsigned))dlsym(lib, "gpuprof_capture_start") : NULL;
+  stop = lib ? (int (*)(void))dlsym(lib, "gpuprof_capture_stop") : NULL;
+  if (!start || !stop)
+    e2e_fail("the agent's capture API is not loaded");
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
+  CU(cuMemAlloc(&a, 4u << 20));
+  CU(cuMemAlloc(&b, 4u << 20));
+  fakegpu_set_kernel_duration_ns(K_AR_BF16, 100000);
+  fakegpu_set_kernel_duration_ns(K_AR_F32, 90001);
+  for (int i = 0; i < 2; i++) {
+    ncclUniqueId id;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.commName = i ? "hang1" : "hang0";
+    CU(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    NC(ncclGetUniqueId(&id));
+    NC(ncclCommInitRankConfig(&comm[i], 2, id, 0, &cfg));
+  }
+  for (int it = 0; it < 2; it++) {
+    NC(ncclAllReduce((void *)a, (void *)b, 524288, ncclBfloat16, ncclSum, comm[0],
+                     (cudaStream_t)st[0]));
+    NC(ncclAllReduce((void *)a, (void *)b, 100000, ncclFloat32, ncclSum, comm[1],
+                     (cudaStream_t)st[1]));
+  }
+  for (int i = 0; i < 2; i++)
+    CU(cuStreamSynchronize(st[i]));
+  /* A job that ran a while before it hung: the agent's periodic flush (GPUPROF_FLUSH_INTERVAL
+   * 20ms) delivers the finished kernels' buffer. Records made after it share a buffer with the
+   * hung kernel's, which CUPTI holds back until a forced flush (docs/TRACES.md "NCCL"). */
+  usleep(200000);
+  /* The hung collective: its kernel outlives the process. */
+  fakegpu_set_kernel_duration_ns(K_AR_BF16, 1000000000000ull);
+  NC(ncclAllReduce((void *)a, (void *)b, 524288, ncclBfloat16, ncclSum, comm[0],
+                   (cudaStream_t)st[0]));
+  NC(ncclAllReduce((void *)a, (void *)b, 4096, ncclBfloat16, ncclSum, comm[0],
+                   (cudaStream_t)st[0]));
+  NC(ncclGroupStart());
+  NC(ncclAllReduce((void *)a, (void *)b, 2048, ncclFloat32, ncclSum, comm[1], (cudaStream_t)st[1]));
+  if (stop() || start(600000, 0))
+    e2e_fail("capture stop/start");
+  printf("nccl_api_e2e: done\n");
+  return 0; /* no ncclGroupEnd, no synchronization: the exit path finishes the capture */
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "api";
@@ -136,6 +207,8 @@ int main(int argc, char **argv)
 
   if (!strcmp(mode, "initall"))
     return initall();
+  if (!strcmp(mode, "hang"))
+    return hang();
   CU(cuInit(0));
   CU(cuDeviceGet(&dev, 0));
   CU(cuDevicePrimaryCtxRetain(&ctx, dev));
