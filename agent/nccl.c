@@ -340,6 +340,8 @@ static void op_release(struct op *o)
   /* Odd while free: a reader never takes the fields of a slot being reclaimed. */
   atomic_fetch_add_explicit(&o->wseq, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&o->gen, 1, memory_order_relaxed);
+  /* 0 until the next owner stamps it: the sweep leaves such an op alone (see sweep). */
+  atomic_store_explicit(&o->born_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&o->state, OP_FREE, memory_order_release);
 }
 
@@ -927,14 +929,24 @@ static void sweep(uint64_t now_ns, uint64_t ttl_ns)
   for (uint32_t i = 0; i <= pool_mask; i++) {
     struct op *o = &ops[i];
     uint32_t state = atomic_load_explicit(&o->state, memory_order_acquire);
+    uint32_t gen = atomic_load_explicit(&o->gen, memory_order_acquire);
     uint64_t born = atomic_load_explicit(&o->born_ns, memory_order_relaxed);
     /* Not straight to FREE: an application thread could claim the slot and hand out a
      * handle with the old generation before the increment, a handle this sweep then makes
-     * stale (the op's Coll event would start a second op). */
+     * stale (the op's Coll event would start a second op). born == 0: claimed a moment ago
+     * by an application thread that has not stamped or described it yet; its age is
+     * unknown and its fields unwritten, so op_may_pend would misjudge it (the overflow test
+     * lost an op to this under TSan). */
     if ((state == OP_OPEN || state == OP_BOUND) &&
-        (ttl_ns == 0 || (now_ns - born > ttl_ns && !op_may_pend(o))) &&
+        (ttl_ns == 0 || (born && now_ns - born > ttl_ns && !op_may_pend(o))) &&
         atomic_compare_exchange_strong_explicit(&o->state, &state, OP_RELEASING,
                                                 memory_order_acq_rel, memory_order_relaxed)) {
+      /* The op judged above was released and the slot claimed again in between (same
+       * state, a new generation): not this sweep's to take. Nothing else leaves RELEASING. */
+      if (atomic_load_explicit(&o->gen, memory_order_acquire) != gen) {
+        atomic_store_explicit(&o->state, state, memory_order_release);
+        continue;
+      }
       op_release(o);
       ADD(ops_unjoined, 1);
     }
