@@ -199,6 +199,7 @@ struct op {
   _Atomic uint32_t gen;  /* bumped at each release: stale handles are recognized */
   _Atomic uint32_t wseq; /* the write sequence above; 1 in a never-used op */
   _Atomic uint32_t next; /* the op bound to the same launch before this one: index + 1 */
+  _Atomic uint32_t pins; /* owners writing it (op_pin): the sweep leaves it alone meanwhile */
   uint32_t corr;
   uint32_t comm;
   uint32_t tid, stack_id, weight;
@@ -335,6 +336,31 @@ static void op_write_end(struct op *o)
   atomic_fetch_add_explicit(&o->wseq, 1, memory_order_release);
 }
 
+/* Ends an op_pin (or op_new's pin). Release: the sweep that reads the count sees the writes. */
+static void op_unpin(struct op *o)
+{
+  atomic_fetch_sub_explicit(&o->pins, 1, memory_order_release);
+}
+
+/*
+ * Keeps the sweep off o while its owner writes it: 1 if o is still the open op of generation
+ * gen (pinned; op_unpin when done), else 0. Without it, the sweep could release an op past its
+ * TTL between its owner's check and its writes, which then land in a free or reclaimed slot (an
+ * op joined after being counted unjoined, another op's fields overwritten, the write count's
+ * parity inverted). A Dekker pair with the sweep: each side writes its own word, then reads
+ * the other's, all seq_cst, so at least one of them sees the other (no fence instruction on
+ * x86: the increment is a locked one anyway).
+ */
+static int op_pin(struct op *o, uint32_t gen)
+{
+  atomic_fetch_add_explicit(&o->pins, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&o->state, memory_order_seq_cst) == OP_OPEN &&
+      atomic_load_explicit(&o->gen, memory_order_relaxed) == gen)
+    return 1;
+  op_unpin(o);
+  return 0;
+}
+
 static void op_release(struct op *o)
 {
   /* Odd while free: a reader never takes the fields of a slot being reclaimed. */
@@ -394,7 +420,8 @@ static void op_describe(struct op *o, const struct nccl_op_desc *d)
     SET(o->graph_captured, 1);
 }
 
-/* A new op of communicator c, with this thread's host stack (the launch sampling policy). */
+/* A new op of communicator c, with this thread's host stack (the launch sampling policy),
+ * pinned (op_pin): the caller unpins it. */
 static struct op *op_new(struct nccl_comm_slot *c, const struct nccl_op_desc *d, uint32_t *idx)
 {
   struct thread_state *ts;
@@ -404,6 +431,11 @@ static struct op *op_new(struct nccl_comm_slot *c, const struct nccl_op_desc *d,
 
   if (!o)
     return NULL;
+  /* Before born_ns is stamped (released below): a sweep that sees the stamp sees the pin. */
+  atomic_fetch_add_explicit(&o->pins, 1, memory_order_relaxed);
+  /* op_write_begin's fence: a reader that copies a field written below then sees the odd
+   * count op_release left (C11 fence to fence; the claim above is an acquire only). */
+  atomic_thread_fence(memory_order_release);
   ts = thread_state_get();
   now = clock_realtime_ns();
   hoststack_capture(ts, HOSTSTACK_CALL_LAUNCH, &stack_id, &weight);
@@ -427,7 +459,7 @@ static struct op *op_new(struct nccl_comm_slot *c, const struct nccl_op_desc *d,
   atomic_store_explicit(&o->next, 0, memory_order_relaxed);
   atomic_store_explicit(&o->api_stop_ns, 0, memory_order_relaxed);
   SET(o->api_start_ns, now);
-  atomic_store_explicit(&o->born_ns, now, memory_order_relaxed);
+  atomic_store_explicit(&o->born_ns, now, memory_order_release);
   op_describe(o, d);
   op_write_end(o);
   ADD(ops, 1);
@@ -463,16 +495,21 @@ struct nccl_tls {
 
 static __thread struct nccl_tls tls __attribute__((tls_model("local-dynamic")));
 
-/* Publishes o (index idx) as one of the ops of launch corr. */
+/* Publishes o (index idx, pinned by the caller) as one of the ops of launch corr. */
 static void op_bind(struct op *o, uint32_t idx, uint32_t corr)
 {
   struct lslot *s = &lslots[corr & pool_mask];
-  uint32_t c = atomic_load_explicit(&s->corr, memory_order_acquire);
+  uint32_t c = atomic_load_explicit(&s->corr, memory_order_acquire), open = OP_OPEN;
+  int bound;
 
   op_write_begin(o);
   SET(o->corr, corr);
-  atomic_store_explicit(&o->state, OP_BOUND, memory_order_relaxed);
+  /* A CAS: a sweep that missed the pin may hold the op (RELEASING); it is then not bound. */
+  bound = atomic_compare_exchange_strong_explicit(&o->state, &open, OP_BOUND, memory_order_relaxed,
+                                                  memory_order_relaxed);
   op_write_end(o);
+  if (!bound)
+    return;
   if (c == corr) {
     /* Another op of the same launch, bound by this same thread. */
     atomic_store_explicit(&o->next, atomic_load_explicit(&s->head, memory_order_relaxed),
@@ -500,10 +537,13 @@ void *nccl_api_start(struct nccl_comm_slot *c, const struct nccl_op_desc *d)
 {
   uint32_t idx;
   struct op *o;
+  void *h;
 
   if (!c || !(o = op_new(c, d, &idx)))
     return NULL;
-  return make_handle(idx, atomic_load_explicit(&o->gen, memory_order_relaxed), TAG_API);
+  h = make_handle(idx, atomic_load_explicit(&o->gen, memory_order_relaxed), TAG_API);
+  op_unpin(o);
+  return h;
 }
 
 void *nccl_task_start(struct nccl_comm_slot *c, void *parent, const struct nccl_op_desc *d)
@@ -515,7 +555,7 @@ void *nccl_task_start(struct nccl_comm_slot *c, void *parent, const struct nccl_
 
   if (!c)
     return NULL;
-  if (o && (tag != TAG_API || atomic_load_explicit(&o->state, memory_order_relaxed) != OP_OPEN)) {
+  if (o && (tag != TAG_API || !op_pin(o, (uint32_t)((uint64_t)(uintptr_t)parent >> 32)))) {
     o = NULL; /* a graph replay of an op joined (or expired) long ago: a new op */
   }
   if (o) {
@@ -540,6 +580,7 @@ void *nccl_task_start(struct nccl_comm_slot *c, void *parent, const struct nccl_
       op_release(o);
       ADD(ops_unjoined, 1);
     }
+    op_unpin(o);
     return NULL;
   }
   h = make_handle(idx, atomic_load_explicit(&o->gen, memory_order_relaxed), TAG_TASK);
@@ -548,6 +589,7 @@ void *nccl_task_start(struct nccl_comm_slot *c, void *parent, const struct nccl_
   else if (tls.n_pending < TLS_PENDING)
     tls.pending[tls.n_pending++] = h;
   /* else: left open, released unjoined after NCCL_OP_TTL_NS */
+  op_unpin(o);
   return h;
 }
 
@@ -569,13 +611,15 @@ static void bind_pending(uint32_t corr, uint32_t comm)
 
   for (uint32_t i = 0; i < tls.n_pending; i++) {
     struct op *o = handle_op(tls.pending[i], &tag);
-    if (!o || atomic_load_explicit(&o->state, memory_order_relaxed) != OP_OPEN)
+    if (!o || !op_pin(o, (uint32_t)((uint64_t)(uintptr_t)tls.pending[i] >> 32)))
       continue;
-    if (comm && o->comm + 1 != comm) {
+    if (comm && GET(o->comm) + 1 != comm) {
+      op_unpin(o);
       tls.pending[kept++] = tls.pending[i];
       continue;
     }
     op_bind(o, (uint32_t)(o - ops), corr);
+    op_unpin(o);
     tls.bound_pending = 1;
   }
   tls.n_pending = kept;
@@ -692,14 +736,34 @@ static _Atomic uint64_t comm_done_posted[NCCL_MAX_COMMS];
 static _Atomic uint32_t comm_dev1[NCCL_MAX_COMMS];
 static _Atomic uint32_t any_dev1;
 
+/* comm_done_posted[comm] = max(itself, t): a CAS, as the worker and nccl_comm_finalize race. */
+static void comm_done_raise(uint32_t comm, uint64_t t)
+{
+  uint64_t cur = atomic_load_explicit(&comm_done_posted[comm], memory_order_relaxed);
+
+  while (t > cur &&
+         !atomic_compare_exchange_weak_explicit(&comm_done_posted[comm], &cur, t,
+                                                memory_order_relaxed, memory_order_relaxed))
+    ;
+}
+
 static void comm_finished(uint32_t comm, uint64_t api_start_ns, uint32_t device)
 {
   if (comm >= NCCL_MAX_COMMS)
     return;
-  if (api_start_ns > atomic_load_explicit(&comm_done_posted[comm], memory_order_relaxed))
-    atomic_store_explicit(&comm_done_posted[comm], api_start_ns, memory_order_relaxed);
+  comm_done_raise(comm, api_start_ns);
   atomic_store_explicit(&comm_dev1[comm], device + 1, memory_order_relaxed);
   atomic_store_explicit(&any_dev1, device + 1, memory_order_relaxed);
+}
+
+void nccl_comm_finalize(void *context)
+{
+  uintptr_t p = (uintptr_t)context, base = (uintptr_t)comms;
+
+  /* Any plugin context: a v3 plugin's is not a communicator. */
+  if (p < base || p >= base + sizeof(comms) || (p - base) % sizeof(comms[0]))
+    return;
+  comm_done_raise((uint32_t)((p - base) / sizeof(comms[0])), clock_realtime_ns());
 }
 
 /* Whether an op of comm posted at api_start_ns may still be running (see nccl_pending). */
@@ -930,20 +994,23 @@ static void sweep(uint64_t now_ns, uint64_t ttl_ns)
     struct op *o = &ops[i];
     uint32_t state = atomic_load_explicit(&o->state, memory_order_acquire);
     uint32_t gen = atomic_load_explicit(&o->gen, memory_order_acquire);
-    uint64_t born = atomic_load_explicit(&o->born_ns, memory_order_relaxed);
+    uint64_t born = atomic_load_explicit(&o->born_ns, memory_order_acquire);
     /* Not straight to FREE: an application thread could claim the slot and hand out a
      * handle with the old generation before the increment, a handle this sweep then makes
      * stale (the op's Coll event would start a second op). born == 0: claimed a moment ago
      * by an application thread that has not stamped or described it yet; its age is
      * unknown and its fields unwritten, so op_may_pend would misjudge it (the overflow test
-     * lost an op to this under TSan). */
-    if ((state == OP_OPEN || state == OP_BOUND) &&
-        (ttl_ns == 0 || (born && now_ns - born > ttl_ns && !op_may_pend(o))) &&
+     * lost an op to this under TSan); at exit too, as its owner is still writing it and its
+     * pin (op_new) may not be visible yet. */
+    if ((state == OP_OPEN || state == OP_BOUND) && born &&
+        (ttl_ns == 0 || (now_ns - born > ttl_ns && !op_may_pend(o))) &&
         atomic_compare_exchange_strong_explicit(&o->state, &state, OP_RELEASING,
-                                                memory_order_acq_rel, memory_order_relaxed)) {
+                                                memory_order_seq_cst, memory_order_relaxed)) {
       /* The op judged above was released and the slot claimed again in between (same
-       * state, a new generation): not this sweep's to take. Nothing else leaves RELEASING. */
-      if (atomic_load_explicit(&o->gen, memory_order_acquire) != gen) {
+       * state, a new generation), or its owner is writing it (op_pin: seq_cst, as there).
+       * Nothing else leaves RELEASING. */
+      if (atomic_load_explicit(&o->gen, memory_order_acquire) != gen ||
+          atomic_load_explicit(&o->pins, memory_order_seq_cst)) {
         atomic_store_explicit(&o->state, state, memory_order_release);
         continue;
       }

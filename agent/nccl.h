@@ -121,6 +121,13 @@ struct nccl_comm_slot *nccl_comm_add(uint64_t hash, const char *name, int nnodes
                                      int rank);
 /* v3 descriptors name their communicator in every event: found or added by hash. */
 struct nccl_comm_slot *nccl_comm_find_or_add(uint64_t hash, const char *name);
+/* The plugin's finalize (ncclCommDestroy, ncclCommAbort) with its context (any plugin version's:
+ * one that is not a communicator is ignored). Nothing posted on the communicator before now
+ * runs any more: its ops are no longer pending (nccl_pending), so an aborted hang is not shown
+ * in later captures and its ops are released after NCCL_OP_TTL_NS instead of filling the pool.
+ * Its entry stays (records of its last kernels may still be decoded, a re-init takes it back,
+ * and ops posted after that can be pending again). Not a hot path. */
+void nccl_comm_finalize(void *context);
 /* Registers the activation mask pointer and returns the mask to store now. */
 int nccl_plugin_mask(int *mask, int legacy);
 
@@ -181,7 +188,8 @@ void nccl_comm_label(uint32_t index, char *buf, size_t len);
  * is one: its kernel never completes, so CUPTI never delivers its record (a forced flush at
  * exit delivers it without timestamps, which does not count as finished). Graph-captured ops
  * are left out (their kernels run under the graph launch's correlation id, never theirs), and
- * in on-demand mode ops posted before NCCL events were last switched on.
+ * in on-demand mode ops posted before NCCL events were last switched on, and ops posted before
+ * their communicator was finalized (nccl_comm_finalize: destroyed or aborted).
  */
 struct nccl_pending {
   struct nccl_op_view v; /* gpu_ns 0; seq, algo, proto, nchannels known once launched */

@@ -294,8 +294,9 @@ static ncclResult_t record_state(void *handle, int state, void *args)
 
 static ncclResult_t finalize(void *context)
 {
-  /* The communicator's entry stays: records of its last kernels may still be decoded. */
-  (void)context;
+  /* The communicator's entry stays: records of its last kernels may still be decoded. Its ops
+   * posted so far are no longer pending (a destroyed or aborted communicator runs nothing). */
+  nccl_comm_finalize(context);
   return ncclSuccess;
 }
 

@@ -150,6 +150,8 @@ SUMMARY["api"] = {"comms": 1, "ops": 5, "ops_joined": 5, "ops_unjoined": 0, "ops
 PPROF["api"] = "api"
 
 
+# Ops still pending at exit, by case: the overflow case's 16384 never-launched ops (its comm is
+# never finalized; the summary lists 16). The others finalize their comms: nothing pending.
 PENDING_AT_EXIT = {"overflow": 16384}
 
 
@@ -369,6 +371,9 @@ SUMMARY["hang"] = {"comms": 2, "comms_dropped": 0, "ops": 7, "ops_joined": 4, "o
                    "funcs": {"AllReduce": {"ops": 4, "bytes": 2897152,
                                            "gpu_time_ns": 380002}}}
 PPROF["hang"] = "hang"
+# hang_abort: the same, then ncclCommAbort(hang0): NCCL finalizes its plugin context, so only
+# hang1's open group is still pending at exit (hang0's two ops are released unjoined).
+SUMMARY["hang_abort"] = dict(SUMMARY["hang"], ops_pending=1)
 
 
 def check_hang_summary(c, got, stderr):
@@ -661,7 +666,7 @@ def main():
     proc.stdout, proc.stderr = proc.communicate(timeout=120)
     sys.stderr.write(proc.stderr)
     c.eq("exit status", proc.returncode, 0)
-    api = a.case in ("api", "initall", "ondemand", "span", "hang")
+    api = a.case in ("api", "initall", "ondemand", "span", "hang", "hang_abort")
     done = "nccl_api_e2e: done" if api else f"nccl_plugin_sim {a.case}: done"
     c.true(f"the program finished ({proc.stdout!r})", done in proc.stdout)
     if not api:
@@ -677,12 +682,20 @@ def main():
         c.true("no summary", not os.path.exists(os.environ["GPUPROF_SUMMARY_FILE"]))
         c.eq("no output files", glob.glob(os.path.join(out, "*")), [])
         return c.exit_status("check_nccl noinject")
-    if a.case != "hang":
+    if not a.case.startswith("hang"):
         c.true(f"nothing on stderr: {proc.stderr!r}", proc.stderr == "")
     else:
         c.eq("no warnings", [ln for ln in proc.stderr.splitlines() if "warn" in ln.lower()], [])
     with open(os.environ["GPUPROF_SUMMARY_FILE"]) as f:
         got = json.load(f).get("nccl")
+    if a.case == "hang_abort":
+        got = dict(got or {})
+        pending = got.pop("pending", None) or []
+        c.eq("summary nccl (but pending)", got, SUMMARY["hang_abort"])
+        c.eq("summary nccl.pending after hang0's abort: (comm_name, func, seq, state)",
+             [(p.get("comm_name"), p.get("func"), p.get("seq"), p.get("state"))
+              for p in pending], [("hang1", "AllReduce", None, "not launched")])
+        return c.exit_status("check_nccl hang_abort")
     if a.case == "hang":
         hashes = check_hang_summary(c, got, proc.stderr)
         check_pprof(c, a.case, proc.pid)
@@ -690,7 +703,7 @@ def main():
             check_hang(c, proc.pid, a.format, a.validator, a.proto, a.protoc, hashes)
         return c.exit_status(f"check_nccl hang {a.format or ''}")
     if got is not None:
-        # Ops still pending at exit: only the overflow case's, never joined (16 listed).
+        # Ops still pending at exit (PENDING_AT_EXIT).
         n = PENDING_AT_EXIT.get(a.case, 0)
         pend = got.pop("pending", None)
         c.eq("summary nccl: ops_pending, pending listed",

@@ -137,7 +137,7 @@ static int capture(unsigned flags, int on)
  */
 static ncclComm_t hang_comm[2]; /* never destroyed (a hung job): reachable, not leaked */
 
-static int hang(void)
+static int hang(int abort_comm)
 {
   CUdevice dev;
   CUcontext ctx;
@@ -191,6 +191,10 @@ static int hang(void)
   NC(ncclAllReduce((void *)a, (void *)b, 2048, ncclFloat32, ncclSum, comm[1], (cudaStream_t)st[1]));
   if (stop() || start(600000, 0))
     e2e_fail("capture stop/start");
+  /* hang_abort: the job gives up on hang0 (a fault-tolerant trainer aborts the comm and goes
+   * on): NCCL finalizes the plugin's context, and hang0's ops are no longer pending. */
+  if (abort_comm)
+    NC(ncclCommAbort(comm[0]));
   printf("nccl_api_e2e: done\n");
   return 0; /* no ncclGroupEnd, no synchronization: the exit path finishes the capture */
 }
@@ -207,8 +211,8 @@ int main(int argc, char **argv)
 
   if (!strcmp(mode, "initall"))
     return initall();
-  if (!strcmp(mode, "hang"))
-    return hang();
+  if (!strcmp(mode, "hang") || !strcmp(mode, "hang_abort"))
+    return hang(!strcmp(mode, "hang_abort"));
   CU(cuInit(0));
   CU(cuDeviceGet(&dev, 0));
   CU(cuDevicePrimaryCtxRetain(&ctx, dev));

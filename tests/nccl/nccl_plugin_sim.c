@@ -424,7 +424,10 @@ int main(int argc, char **argv)
       sim_unknown(tp);
       p5->finalize(dp);
     }
-    p5->finalize(tp);
+    /* overflow: a job that exits without destroying its comm, so that its 16384 ops are
+     * still pending at exit (the summary lists 16). */
+    if (strcmp(mode, "overflow"))
+      p5->finalize(tp);
   }
   CU(cuStreamSynchronize(stream));
   CU(cuStreamDestroy(stream));
