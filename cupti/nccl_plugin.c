@@ -28,6 +28,17 @@
 typedef void (*gp_nccl_logger_t)(int level, unsigned long flags, const char *file, int line,
                                  const char *fmt, ...);
 
+/*
+ * The members that the v3, v4 and v5 descriptors name alike (in different layouts, hence macros
+ * rather than a function): what an op is, how much, and for Coll how NCCL runs it.
+ */
+#define DESC_COMMON(od, e)                                                                         \
+  ((od).func = (e).func, (od).count = (e).count, (od).datatype = (e).datatype)
+#define DESC_COLL(od, e)                                                                           \
+  (DESC_COMMON(od, e), (od).root = func_has_root((od).func) ? (e).root : -1,                       \
+   (od).seq = (e).seqNumber, (od).has_seq = 1, (od).algo = (e).algo, (od).proto = (e).proto)
+#define DESC_P2P(od, e) (DESC_COMMON(od, e), (od).peer = (e).peer)
+
 /* ---- v5 (NCCL 2.28) ---- */
 
 typedef struct {
@@ -313,17 +324,13 @@ static ncclResult_t start_v5(void *context, void **handle, gp_nccl_descr_v5 *d)
     return ncclSuccess;
   switch (d->type) {
   case NCCL_EV_COLL_API:
-    od.func = d->collApi.func;
-    od.count = d->collApi.count;
-    od.datatype = d->collApi.datatype;
+    DESC_COMMON(od, d->collApi);
     od.root = func_has_root(od.func) ? d->collApi.root : -1;
     od.graph_captured = d->collApi.graphCaptured;
     *handle = nccl_api_start(c, &od);
     break;
   case NCCL_EV_P2P_API:
-    od.func = d->p2pApi.func;
-    od.count = d->p2pApi.count;
-    od.datatype = d->p2pApi.datatype;
+    DESC_COMMON(od, d->p2pApi);
     od.graph_captured = d->p2pApi.graphCaptured;
     *handle = nccl_api_start(c, &od);
     break;
@@ -335,24 +342,14 @@ static ncclResult_t start_v5(void *context, void **handle, gp_nccl_descr_v5 *d)
      * while events were off. */
     if (!d->parentObj)
       break;
-    od.func = d->coll.func;
-    od.count = d->coll.count;
-    od.datatype = d->coll.datatype;
-    od.root = func_has_root(od.func) ? d->coll.root : -1;
-    od.seq = d->coll.seqNumber;
-    od.has_seq = 1;
+    DESC_COLL(od, d->coll);
     od.nchannels = d->coll.nChannels;
-    od.algo = d->coll.algo;
-    od.proto = d->coll.proto;
     *handle = nccl_task_start(c, d->parentObj, &od);
     break;
   case NCCL_EV_P2P:
     if (!d->parentObj)
       break;
-    od.func = d->p2p.func;
-    od.count = d->p2p.count;
-    od.datatype = d->p2p.datatype;
-    od.peer = d->p2p.peer;
+    DESC_P2P(od, d->p2p);
     od.nchannels = d->p2p.nChannels;
     *handle = nccl_task_start(c, d->parentObj, &od);
     break;
@@ -383,21 +380,11 @@ static ncclResult_t start_v4(void *context, void **handle, gp_nccl_descr_v4 *d)
   if (!context || !d || !agent_is_active() || !guard_enter(&saved))
     return ncclSuccess;
   if (d->type == NCCL_EV_COLL) {
-    od.func = d->coll.func;
-    od.count = d->coll.count;
-    od.datatype = d->coll.datatype;
-    od.root = func_has_root(od.func) ? d->coll.root : -1;
-    od.seq = d->coll.seqNumber;
-    od.has_seq = 1;
+    DESC_COLL(od, d->coll);
     od.nchannels = d->coll.nChannels;
-    od.algo = d->coll.algo;
-    od.proto = d->coll.proto;
     legacy_task(context, handle, &od);
   } else if (d->type == NCCL_EV_P2P) {
-    od.func = d->p2p.func;
-    od.count = d->p2p.count;
-    od.datatype = d->p2p.datatype;
-    od.peer = d->p2p.peer;
+    DESC_P2P(od, d->p2p);
     od.nchannels = d->p2p.nChannels;
     legacy_task(context, handle, &od);
   } else {
@@ -419,22 +406,12 @@ static ncclResult_t start_v3(void *context, void **handle, gp_nccl_descr_v3 *d)
   if (!context || !d || !agent_is_active() || !guard_enter(&saved))
     return ncclSuccess;
   if (d->type == NCCL_EV_COLL) {
-    od.func = d->coll.func;
-    od.count = d->coll.count;
-    od.datatype = d->coll.datatype;
-    od.root = func_has_root(od.func) ? d->coll.root : -1;
-    od.seq = d->coll.seqNumber;
-    od.has_seq = 1;
+    DESC_COLL(od, d->coll);
     od.nchannels = d->coll.nMaxChannels;
-    od.algo = d->coll.algo;
-    od.proto = d->coll.proto;
     if ((c = nccl_comm_find_or_add(d->coll.commHash, d->coll.name)))
       legacy_task(c, handle, &od);
   } else if (d->type == NCCL_EV_P2P) {
-    od.func = d->p2p.func;
-    od.count = d->p2p.count;
-    od.datatype = d->p2p.datatype;
-    od.peer = d->p2p.peer;
+    DESC_P2P(od, d->p2p);
     if ((c = nccl_comm_find_or_add(d->p2p.commHash, d->p2p.name)))
       legacy_task(c, handle, &od);
   } else {
