@@ -85,6 +85,12 @@ struct merge {
   FILE *pf;      /* .pftrace output */
   uint8_t *pbuf; /* packing buffer */
   size_t pbuf_cap;
+  /* .pftrace output: packets gathered into chunks of TRACE_OUT_BUF, each written deflated
+   * as one compressed_packets packet, as the agent writes them (export/trace_out.c) */
+  uint8_t *chunk, *zbuf;
+  size_t chunk_len, zcap;
+  z_stream z;
+  int z_open;
   uint64_t events;
 };
 
@@ -717,6 +723,10 @@ struct pf_reader {
   size_t cap, start, end;
   int eof;
   uint64_t offset; /* of buf[start] in the file */
+  /* The packets of the compressed chunk being read (inflated), from chunk[chunk_pos] on. */
+  uint8_t *chunk;
+  size_t chunk_cap, chunk_len, chunk_pos;
+  uint64_t chunk_offset; /* the chunk's packet in the file */
 };
 
 /* Makes n bytes available at buf + start; 1, 0 when the file ends first, or -errno. */
@@ -754,8 +764,98 @@ static int pf_need(struct pf_reader *r, size_t n)
   return 1;
 }
 
-/* The next packet's bytes; 1, 0 at the end, -EPIPE if the file ends inside it, or -errno. */
-static int pf_next(struct pf_reader *r, const uint8_t **p, size_t *n)
+/* A varint at p[*at] (before end): 0, or -1 when cut or over 10 bytes. */
+static int get_varint(const uint8_t *p, size_t end, size_t *at, uint64_t *v)
+{
+  *v = 0;
+  for (unsigned s = 0; s < 70; s += 7) {
+    if (*at >= end)
+      return -1;
+    *v |= (uint64_t)(p[*at] & 0x7f) << s;
+    if (!(p[(*at)++] & 0x80))
+      return 0;
+  }
+  return -1;
+}
+
+/* Whether the n packet bytes at p are a compressed chunk: the one field compressed_packets
+ * (50, length-delimited: key 0x92 0x03); its zlib bytes at *z, *zlen. */
+static int is_chunk(const uint8_t *p, size_t n, const uint8_t **z, size_t *zlen)
+{
+  size_t at = 2;
+  uint64_t len;
+
+  if (n < 3 || p[0] != 0x92 || p[1] != 0x03 || get_varint(p, n, &at, &len) || len != n - at)
+    return 0;
+  *z = p + at;
+  *zlen = (size_t)len;
+  return 1;
+}
+
+/* Inflates a chunk's zlib stream into r->chunk (at most PACKET_MAX bytes). */
+static int pf_inflate(struct pf_reader *r, const uint8_t *zdata, size_t zlen)
+{
+  z_stream z;
+  int zrc = Z_OK;
+
+  memset(&z, 0, sizeof(z));
+  if (inflateInit(&z) != Z_OK)
+    return io_fail(r->path, "cannot read", ENOMEM);
+  z.next_in = (uint8_t *)zdata;
+  z.avail_in = (uInt)zlen;
+  r->chunk_len = r->chunk_pos = 0;
+  while (zrc != Z_STREAM_END) {
+    if (r->chunk_len == r->chunk_cap) {
+      size_t cap = r->chunk_cap ? r->chunk_cap * 2 : TRACE_OUT_BUF * 2;
+      uint8_t *nb = cap <= PACKET_MAX ? realloc(r->chunk, cap) : NULL;
+      if (!nb) {
+        inflateEnd(&z);
+        return cap <= PACKET_MAX ? io_fail(r->path, "cannot read", ENOMEM)
+                                 : fail(r->path,
+                                        "byte %" PRIu64 ": a compressed chunk of over %u bytes: "
+                                        "not a gpuprof trace",
+                                        r->chunk_offset, PACKET_MAX);
+      }
+      r->chunk = nb;
+      r->chunk_cap = cap;
+    }
+    z.next_out = r->chunk + r->chunk_len;
+    z.avail_out = (uInt)(r->chunk_cap - r->chunk_len);
+    zrc = inflate(&z, Z_NO_FLUSH);
+    r->chunk_len = r->chunk_cap - z.avail_out;
+    if (zrc != Z_OK && zrc != Z_STREAM_END)
+      break;
+  }
+  inflateEnd(&z);
+  if (zrc != Z_STREAM_END || z.avail_in)
+    return fail(r->path, "byte %" PRIu64 ": a compressed chunk that does not inflate whole: "
+                "not a gpuprof trace", r->chunk_offset);
+  return 0;
+}
+
+/* The next packet of the chunk being read; 1, or -EINVAL (reported). */
+static int chunk_next(struct pf_reader *r, const uint8_t **p, size_t *n)
+{
+  size_t at = r->chunk_pos + 1;
+  uint64_t len;
+  const uint8_t *z;
+  size_t zlen;
+
+  if (r->chunk[r->chunk_pos] != 0x0A || get_varint(r->chunk, r->chunk_len, &at, &len) ||
+      len > r->chunk_len - at || len > PACKET_MAX)
+    return fail(r->path, "byte %" PRIu64 ": a compressed chunk holds a cut packet: not a "
+                "gpuprof trace", r->chunk_offset);
+  *p = r->chunk + at;
+  *n = (size_t)len;
+  if (is_chunk(*p, *n, &z, &zlen))
+    return fail(r->path, "byte %" PRIu64 ": a compressed chunk inside a compressed chunk: not "
+                "a gpuprof trace", r->chunk_offset);
+  r->chunk_pos = at + len;
+  return 1;
+}
+
+/* The next packet of the file itself; as pf_next. */
+static int file_next(struct pf_reader *r, const uint8_t **p, size_t *n)
 {
   uint64_t len = 0;
   size_t h = 1;
@@ -795,6 +895,31 @@ static int pf_next(struct pf_reader *r, const uint8_t **p, size_t *n)
   return 1;
 }
 
+/*
+ * The next packet's bytes, the packets of a compressed chunk (the agent writes its traces in
+ * them) one by one as if they stood in the file; 1, 0 at the end, -EPIPE if the file ends
+ * inside a packet, or -errno.
+ */
+static int pf_next(struct pf_reader *r, const uint8_t **p, size_t *n)
+{
+  for (;;) {
+    const uint8_t *z;
+    size_t zlen;
+    uint64_t at = r->offset;
+    int rc;
+
+    if (r->chunk_pos < r->chunk_len)
+      return chunk_next(r, p, n);
+    rc = file_next(r, p, n);
+    if (rc <= 0 || !is_chunk(*p, *n, &z, &zlen))
+      return rc;
+    r->chunk_offset = at;
+    rc = pf_inflate(r, z, zlen);
+    if (rc)
+      return rc;
+  }
+}
+
 static int pf_open(struct pf_reader *r, const char *path)
 {
   memset(r, 0, sizeof(*r));
@@ -808,6 +933,7 @@ static void pf_close(struct pf_reader *r)
   if (r->fd >= 0)
     close(r->fd);
   free(r->buf);
+  free(r->chunk);
 }
 
 static Packet *pf_unpack(struct arena *a, const uint8_t *p, size_t n)
@@ -835,6 +961,8 @@ static int pf_check(const struct input *in, const Packet *p)
   const Gpuprof__Perfetto__TrackEvent *ev = p->track_event;
   const Gpuprof__Perfetto__TracePacketDefaults *defs = p->trace_packet_defaults;
 
+  if (p->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_COMPRESSED_PACKETS)
+    return fail(in->path, "a compressed chunk with other fields: not a gpuprof trace");
   if (seq_of(p) > MAX_UUID + 1)
     return fail(in->path, "packet sequence %" PRIu32 " beyond the writer's: not a gpuprof trace",
                 seq_of(p));
@@ -967,10 +1095,40 @@ out:
   return rc;
 }
 
+/* Writes the gathered packets as one chunk: deflated, or as they are when that does not pay. */
+static int chunk_flush(struct merge *m, const char *out)
+{
+  const unsigned char *c;
+  size_t n = 0;
+
+  if (!m->chunk_len)
+    return 0;
+  c = trace_chunk_deflate(&m->z, m->chunk, m->chunk_len, m->zbuf, m->zcap, &n);
+  if (!c) {
+    c = m->chunk;
+    n = m->chunk_len;
+  }
+  m->chunk_len = 0;
+  if (fwrite(c, 1, n, m->pf) != n)
+    return io_fail(out, "write error", errno);
+  return 0;
+}
+
 static int pf_emit(struct merge *m, const char *out, const Packet *pkt)
 {
   size_t n = gpuprof__perfetto__trace_packet__get_packed_size(pkt), len;
+  int rc;
 
+  if (n + 16 <= TRACE_OUT_BUF) {
+    if (m->chunk_len + n + 16 > TRACE_OUT_BUF && (rc = chunk_flush(m, out)))
+      return rc;
+    len = gpuprof__perfetto__trace_packet__pack(pkt, m->chunk + m->chunk_len + 2);
+    m->chunk_len += pb_frame_field(m->chunk + m->chunk_len, 0x0A, len);
+    return 0;
+  }
+  /* Larger than a chunk: on its own, after the packets before it. */
+  if ((rc = chunk_flush(m, out)))
+    return rc;
   if (n + 16 > m->pbuf_cap) {
     free(m->pbuf);
     m->pbuf_cap = n + 16 > OUT_BUF ? n + 16 : OUT_BUF;
@@ -1297,7 +1455,14 @@ static int open_output(struct merge *m, enum family fam, int gz, const char *fin
     return io_fail(final, "cannot create a file in its directory", errno);
   fchmod(fd, 0644);
   if (fam == FAM_PFTRACE) {
-    m->pf = fdopen(fd, "wb");
+    if (!m->z_open && deflateInit(&m->z, 1) == Z_OK) {
+      m->z_open = 1;
+      m->zcap = TRACE_CHUNK_HEAD + deflateBound(&m->z, TRACE_OUT_BUF);
+      m->chunk = malloc(TRACE_OUT_BUF);
+      m->zbuf = malloc(m->zcap);
+    }
+    if (m->chunk && m->zbuf)
+      m->pf = fdopen(fd, "wb");
     if (m->pf)
       setvbuf(m->pf, NULL, _IOFBF, OUT_BUF);
   } else {
@@ -1318,7 +1483,8 @@ static int close_output(struct merge *m, const char *out)
   int rc = 0;
 
   if (m->pf) {
-    if (fflush(m->pf) || fsync(fileno(m->pf)) || fclose(m->pf))
+    rc = chunk_flush(m, out);
+    if ((fflush(m->pf) || fsync(fileno(m->pf)) || fclose(m->pf)) && !rc)
       rc = io_fail(out, "write error", errno);
     m->pf = NULL;
   }
@@ -1467,6 +1633,10 @@ out:
     json_object_put(m.in[i].meta);
   free(m.in);
   free(m.pbuf);
+  free(m.chunk);
+  free(m.zbuf);
+  if (m.z_open)
+    deflateEnd(&m.z);
   return !rc ? 0 : rc == -EINVAL ? EXIT_BAD_INPUT : 1;
 }
 

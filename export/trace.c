@@ -645,6 +645,8 @@ void trace_writer_stats(const struct trace_writer *w, struct trace_stats *out)
 {
   *out = w->stats;
   out->bytes = w->out.file_bytes;
+  out->chunks_deflated = w->out.chunks_deflated;
+  out->chunks_stored = w->out.chunks_stored;
 }
 
 /* ---- open / close ---- */
@@ -672,6 +674,7 @@ struct trace_writer *trace_writer_open(const char *path, enum trace_format forma
                                        const struct trace_meta *meta)
 {
   struct trace_writer *w;
+  enum trace_out_mode mode;
   int rc, level;
 
   if (!path || !meta || format > TRACE_FORMAT_PERFETTO ||
@@ -695,7 +698,10 @@ struct trace_writer *trace_writer_open(const char *path, enum trace_format forma
   w->next_uuid = 1;
   w->max_ts = meta->base_ns;
   level = meta->gzip_level >= 1 && meta->gzip_level <= 9 ? meta->gzip_level : 1;
-  rc = trace_out_open(&w->out, path, format == TRACE_FORMAT_JSON_GZ, level);
+  mode = format == TRACE_FORMAT_JSON_GZ    ? TRACE_OUT_GZIP
+         : format == TRACE_FORMAT_PERFETTO && !meta->pftrace_plain ? TRACE_OUT_PACKETS
+                                                                    : TRACE_OUT_PLAIN;
+  rc = trace_out_open(&w->out, path, mode, level);
   if (!rc)
     rc = w->ops->begin(w);
   if (rc) {

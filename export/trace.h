@@ -10,7 +10,7 @@
  *
  *   TRACE_FORMAT_JSON      Chrome Trace Event JSON (what ui.perfetto.dev and chrome://tracing read)
  *   TRACE_FORMAT_JSON_GZ   the same, gzip-compressed while it is written
- *   TRACE_FORMAT_PERFETTO  native Perfetto TracePacket protobuf (.pftrace)
+ *   TRACE_FORMAT_PERFETTO  native Perfetto TracePacket protobuf (.pftrace), in deflated chunks
  *
  * Layout (docs/TRACES.md): the host process with one track per application thread (CUDA API
  * calls as slices); one process per GPU, sorted after the host, with one track per stream
@@ -61,7 +61,10 @@ struct trace_meta {
   uint64_t size_cap_bytes;   /* 0: no cap; else the file stays below this size */
   int flows;                 /* nonzero: write flow arrows (off for GPU-only captures, whose
                                 API slices are not recorded) */
-  int gzip_level;            /* TRACE_FORMAT_JSON_GZ: 1..9, 0 means 1 (fastest) */
+  int gzip_level;            /* TRACE_FORMAT_JSON_GZ, and TRACE_FORMAT_PERFETTO's chunks: 1..9,
+                                0 means 1 (fastest) */
+  int pftrace_plain;         /* TRACE_FORMAT_PERFETTO: nonzero writes the packets as they are;
+                                0 deflates them in chunks (compressed_packets, ~5x smaller) */
 };
 
 enum trace_gpu_kind {
@@ -194,7 +197,10 @@ struct trace_stats {
   uint64_t clamped;   /* slices moved or shortened to keep their track nested */
   uint64_t discarded; /* events not written because the size cap was reached */
   uint64_t invalid;   /* events refused: end before start, or too many tracks */
-  int stopped;        /* the size cap was reached */
+  /* .pftrace, excluding buffered: chunks of packets written deflated, and written as they
+   * were (the compressor was behind the writer, or deflate did not make them smaller) */
+  uint64_t chunks_deflated, chunks_stored;
+  int stopped; /* the size cap was reached */
 };
 void trace_writer_stats(const struct trace_writer *w, struct trace_stats *out);
 

@@ -8,7 +8,7 @@
 
 #include "export/trace.h"
 
-/* ---- output: a bounded buffer over write(2), optionally through streaming deflate ---- */
+/* ---- output: a bounded buffer over write(2), optionally deflated on a second thread ---- */
 
 #define TRACE_OUT_BUF (256u * 1024u)
 /* Larger than any one event (names are truncated to TRACE_NAME_MAX bytes before escaping). */
@@ -23,24 +23,38 @@
  * Whole events go into buf; buf is written (or deflated) only when the next event does not fit,
  * so every write(2) ends on an event boundary: a process killed between two writes leaves a file
  * that ends with a complete event. gzip output is sync-flushed at each of those points, so zcat
- * recovers everything written before a kill. gzip output is deflated and written on a second
- * thread (trace_out.c), one buffer behind the writer; trace_out_flush waits for it.
+ * recovers everything written before a kill. Packet output (TRACE_OUT_PACKETS, for .pftrace)
+ * deflates each buffer of whole packets on its own into one TracePacket.compressed_packets, the
+ * way Perfetto's service compresses a trace, so a killed capture keeps every chunk written.
+ * Both compressed outputs are deflated and written on a second thread (trace_out.c), one buffer
+ * behind the writer; trace_out_flush waits for it.
  */
 struct trace_gz;
 
+enum trace_out_mode {
+  TRACE_OUT_PLAIN,   /* bytes as given */
+  TRACE_OUT_GZIP,    /* one gzip stream, sync-flushed at every buffer */
+  TRACE_OUT_PACKETS, /* Trace packets; each buffer one compressed_packets packet (or as given) */
+};
+
 struct trace_out {
   int fd;
-  int err; /* sticky; a compressor error shows here from the writer's next call on */
-  int gzip;
-  z_stream z; /* gzip: the compressor thread's */
+  int err;  /* sticky; a compressor error shows here from the writer's next call on */
+  int gzip; /* a compressor thread is in use: TRACE_OUT_GZIP or TRACE_OUT_PACKETS */
+  int packets;
+  z_stream z; /* the compressor thread's */
   char *buf;
   size_t len;
   unsigned char *zbuf;
-  uint64_t file_bytes; /* bytes handed to write(2); gzip: as of the last flush or buffer swap */
-  struct trace_gz *gz; /* gzip: the compressor thread and the second buffer */
+  size_t zcap;
+  uint64_t file_bytes; /* bytes handed to write(2); compressed: as of the last flush or swap */
+  /* TRACE_OUT_PACKETS, as of the last flush or swap: buffers written as compressed_packets,
+   * and written as they were (deflate saved too little, or the compressor was behind). */
+  uint64_t chunks_deflated, chunks_stored;
+  struct trace_gz *gz; /* compressed: the compressor thread and the second buffer */
 };
 
-int trace_out_open(struct trace_out *o, const char *path, int gzip, int level);
+int trace_out_open(struct trace_out *o, const char *path, enum trace_out_mode mode, int level);
 /* A pointer to at least n (<= TRACE_EVENT_MAX) writable bytes; NULL on error (o->err). */
 char *trace_out_reserve(struct trace_out *o, size_t n);
 static inline void trace_out_commit(struct trace_out *o, size_t n)
@@ -49,11 +63,25 @@ static inline void trace_out_commit(struct trace_out *o, size_t n)
 }
 int trace_out_write(struct trace_out *o, const void *data, size_t n);
 int trace_out_flush(struct trace_out *o);
-/* Bytes the file would have if it were flushed now (an upper bound for gzip). */
+/* Bytes the file would have if it were flushed now (an upper bound when compressed). */
 uint64_t trace_out_size(const struct trace_out *o);
 /* Overwrites already-flushed bytes of an uncompressed file. */
 int trace_out_pwrite(struct trace_out *o, uint64_t off, const void *data, size_t n);
 int trace_out_close(struct trace_out *o);
+
+/* Room before a chunk's deflated bytes for its framing: Trace.packet's key and length, then
+ * TracePacket.compressed_packets' key (field 50: two bytes) and length. */
+#define TRACE_CHUNK_HEAD 16u
+/*
+ * Deflates len bytes of whole Trace packets (each field 1, as in a file) into one Trace packet
+ * whose compressed_packets field holds them as a zlib stream, as Perfetto's service writes it
+ * and its importer inflates it. z: a zlib-wrapped deflate stream (windowBits 15), reset here;
+ * out: TRACE_CHUNK_HEAD + deflateBound(z, len) bytes. Returns the framed packet, inside out,
+ * with its size in *n; NULL when deflate saves less than TRACE_CHUNK_HEAD bytes or fails: the
+ * packets are then written as they are.
+ */
+const unsigned char *trace_chunk_deflate(z_stream *z, const void *data, size_t len,
+                                         unsigned char *out, size_t cap, size_t *n);
 
 /* ---- tracks ---- */
 

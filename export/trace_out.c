@@ -1,5 +1,5 @@
-/* The trace writers' output: a bounded buffer over write(2), optionally gzip-deflated on a thread.
- */
+/* The trace writers' output: a bounded buffer over write(2), optionally deflated on a thread
+ * (one gzip stream, or each buffer of Perfetto packets as one compressed_packets packet). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -9,17 +9,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "export/pbframe.h"
 #include "export/trace_internal.h"
 
 #define ZBUF_SIZE (64u * 1024u)
 
 /*
- * gzip output deflates on a second thread ("gpuprof-gz"): deflate costs several times what
- * formatting does, and the writer runs on the agent's only worker thread, which must keep up
- * with the application. Two buffers of TRACE_OUT_BUF: the writer fills one while the thread
- * deflates (sync-flushed, as one job) and writes the other. Everything below `lock` is shared;
- * the thread alone touches o->z, o->zbuf and `bytes` while a job runs, the writer alone
- * touches o->buf, o->len, o->file_bytes, o->err and `inflight`.
+ * Compressed output deflates on a second thread ("gpuprof-gz"): deflate costs several times
+ * what formatting does, and the writer runs on the agent's only worker thread, which must keep
+ * up with the application. Two buffers of TRACE_OUT_BUF: the writer fills one while the thread
+ * deflates (gzip: sync-flushed, as one job; packets: as one chunk) and writes the other.
+ * Everything below `lock` is shared; the thread alone touches o->z, o->zbuf and `bytes` while
+ * a job runs, the writer alone touches o->buf, o->len, o->file_bytes, o->err and `inflight`.
+ *
+ * Packets only: a job the writer had to wait for means the compressor is slower than the
+ * application's records; the buffer filled meanwhile is then written as it is (packets need no
+ * wrapper), which takes the thread a copy instead of a deflate, so a launch storm slows the
+ * writer by at most half a deflate per buffer and costs size, not records.
  *
  * A fork child never writes a trace (a capture does not continue in a child, agent/capture.c),
  * so nothing here is fork-aware: the child has no compressor thread to wait for.
@@ -31,10 +37,12 @@ struct trace_gz {
   pthread_cond_t work, done;
   const char *job; /* the buffer being deflated while busy */
   size_t job_len;
-  int job_flush; /* Z_SYNC_FLUSH or Z_FINISH */
+  int job_flush; /* gzip: Z_SYNC_FLUSH or Z_FINISH */
+  int job_store; /* packets: write the job as it is */
   int busy, quit;
   int err;        /* sticky; also read without the lock (atomically) by the writer */
   uint64_t bytes; /* bytes the thread handed to write(2) */
+  uint64_t deflated, stored; /* packets: chunks written each way */
 
   char *spare;     /* the writer's other buffer: the one in flight, or idle */
   size_t inflight; /* writer's view: bytes handed over that may not be in the file yet */
@@ -98,6 +106,70 @@ static int deflate_out(struct trace_out *o, const char *data, size_t len, int fl
   return 0;
 }
 
+const unsigned char *trace_chunk_deflate(z_stream *z, const void *data, size_t len,
+                                         unsigned char *out, size_t cap, size_t *n)
+{
+  unsigned char *zd = out + TRACE_CHUNK_HEAD, head[TRACE_CHUNK_HEAD], zlen_v[10];
+  size_t zlen, zh, h;
+
+  if (!len || cap <= TRACE_CHUNK_HEAD || deflateReset(z) != Z_OK)
+    return NULL;
+  z->next_in = (unsigned char *)data;
+  z->avail_in = (unsigned)len;
+  z->next_out = zd;
+  z->avail_out = (unsigned)(cap - TRACE_CHUNK_HEAD);
+  if (deflate(z, Z_FINISH) != Z_STREAM_END)
+    return NULL; /* out was smaller than the bound */
+  zlen = cap - TRACE_CHUNK_HEAD - z->avail_out;
+  if (zlen + TRACE_CHUNK_HEAD >= len)
+    return NULL;
+  zh = pb_put_varint(zlen_v, zlen);
+  head[0] = 0x0A; /* Trace.packet; its length: compressed_packets' key, length and bytes */
+  h = 1 + pb_put_varint(head + 1, 2 + zh + zlen);
+  head[h++] = 0x92; /* field 50, length-delimited: (50 << 3 | 2) as a varint */
+  head[h++] = 0x03;
+  memcpy(head + h, zlen_v, zh);
+  h += zh;
+  memcpy(zd - h, head, h);
+  *n = h + zlen;
+  return zd - h;
+}
+
+/* Writes len bytes of whole packets as one compressed chunk, or as they are (store, or deflate
+ * did not pay); on the compressor thread (or inline without one). */
+static int chunk_out(struct trace_out *o, const char *data, size_t len, int store,
+                     uint64_t *bytes, uint64_t *deflated, uint64_t *stored)
+{
+  uint64_t boundary = *bytes;
+  const unsigned char *chunk = NULL;
+  size_t n = 0;
+  int rc;
+
+  if (!len)
+    return 0;
+  if (!store)
+    chunk = trace_chunk_deflate(&o->z, data, len, o->zbuf, o->zcap, &n);
+  if (chunk) {
+    rc = write_all(o->fd, chunk, n, bytes);
+    ++*deflated;
+  } else {
+    rc = write_all(o->fd, data, len, bytes);
+    ++*stored;
+  }
+  if (rc)
+    write_failed(o->fd, bytes, boundary);
+  return rc;
+}
+
+/* One job: a gzip stream's next part, or a chunk of packets. */
+static int job_out(struct trace_out *o, const char *data, size_t len, int flush, int store,
+                   uint64_t *bytes, uint64_t *deflated, uint64_t *stored)
+{
+  if (o->packets)
+    return chunk_out(o, data, len, store, bytes, deflated, stored);
+  return deflate_out(o, data, len, flush, bytes);
+}
+
 static void *gz_main(void *arg)
 {
   struct trace_out *o = arg;
@@ -112,14 +184,16 @@ static void *gz_main(void *arg)
     if (!gz->err) {
       const char *job = gz->job;
       size_t len = gz->job_len;
-      int flush = gz->job_flush, rc;
-      uint64_t bytes = gz->bytes;
+      int flush = gz->job_flush, store = gz->job_store, rc;
+      uint64_t bytes = gz->bytes, deflated = gz->deflated, stored = gz->stored;
 
       /* The writer does not touch the job's buffer, the stream or `bytes` until busy is 0. */
       pthread_mutex_unlock(&gz->lock);
-      rc = deflate_out(o, job, len, flush, &bytes);
+      rc = job_out(o, job, len, flush, store, &bytes, &deflated, &stored);
       pthread_mutex_lock(&gz->lock);
       gz->bytes = bytes;
+      gz->deflated = deflated;
+      gz->stored = stored;
       if (rc)
         __atomic_store_n(&gz->err, rc, __ATOMIC_RELAXED);
     }
@@ -140,6 +214,8 @@ static int gz_wait(struct trace_out *o)
   while (gz->busy)
     pthread_cond_wait(&gz->done, &gz->lock);
   o->file_bytes = gz->bytes;
+  o->chunks_deflated = gz->deflated;
+  o->chunks_stored = gz->stored;
   err = gz->err;
   pthread_mutex_unlock(&gz->lock);
   gz->inflight = 0;
@@ -157,13 +233,21 @@ static int gz_submit(struct trace_out *o, int flush, int swap)
 {
   struct trace_gz *gz = o->gz;
   char *job = o->buf;
+  int behind = 0;
 
+  if (swap && o->packets && gz->started) {
+    pthread_mutex_lock(&gz->lock);
+    behind = gz->busy;
+    pthread_mutex_unlock(&gz->lock);
+  }
   if (gz_wait(o))
     return o->err;
   if (!gz->started) {
     uint64_t bytes = o->file_bytes;
-    int rc = deflate_out(o, job, o->len, flush, &bytes);
+    int rc = job_out(o, job, o->len, flush, 0, &bytes, &gz->deflated, &gz->stored);
     gz->bytes = o->file_bytes = bytes;
+    o->chunks_deflated = gz->deflated;
+    o->chunks_stored = gz->stored;
     if (rc)
       return o->err = gz->err = rc;
     o->len = 0;
@@ -173,6 +257,7 @@ static int gz_submit(struct trace_out *o, int flush, int swap)
   gz->job = job;
   gz->job_len = o->len;
   gz->job_flush = flush;
+  gz->job_store = behind;
   gz->busy = 1;
   pthread_cond_signal(&gz->work);
   pthread_mutex_unlock(&gz->lock);
@@ -185,7 +270,7 @@ static int gz_submit(struct trace_out *o, int flush, int swap)
   return 0;
 }
 
-static int gz_open(struct trace_out *o, int level)
+static int gz_open(struct trace_out *o, enum trace_out_mode mode, int level)
 {
   struct trace_gz *gz = calloc(1, sizeof(*gz));
 
@@ -196,14 +281,18 @@ static int gz_open(struct trace_out *o, int level)
   pthread_cond_init(&gz->work, NULL);
   pthread_cond_init(&gz->done, NULL);
   gz->spare = malloc(TRACE_OUT_BUF);
-  o->zbuf = malloc(ZBUF_SIZE);
-  if (!gz->spare || !o->zbuf)
+  if (!gz->spare)
     return -ENOMEM;
-  /* 16 + 15: a gzip wrapper around a 32 KiB-window deflate stream. */
-  if (deflateInit2(&o->z, level, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+  /* 16 + 15: a gzip wrapper around a 32 KiB-window deflate stream; 15: the zlib wrapper that
+   * compressed_packets holds. */
+  if (deflateInit2(&o->z, level, Z_DEFLATED, mode == TRACE_OUT_GZIP ? 16 + 15 : 15, 8,
+                   Z_DEFAULT_STRATEGY) != Z_OK)
     return -ENOMEM;
   o->gzip = 1;
-  return 0;
+  o->packets = mode == TRACE_OUT_PACKETS;
+  o->zcap = o->packets ? TRACE_CHUNK_HEAD + deflateBound(&o->z, TRACE_OUT_BUF) : ZBUF_SIZE;
+  o->zbuf = malloc(o->zcap);
+  return o->zbuf ? 0 : -ENOMEM;
 }
 
 /* Starts the compressor with every signal blocked: the application's handlers must not run
@@ -243,7 +332,7 @@ static void gz_close(struct trace_out *o)
   o->gz = NULL;
 }
 
-int trace_out_open(struct trace_out *o, const char *path, int gzip, int level)
+int trace_out_open(struct trace_out *o, const char *path, enum trace_out_mode mode, int level)
 {
   int rc;
 
@@ -252,8 +341,8 @@ int trace_out_open(struct trace_out *o, const char *path, int gzip, int level)
   o->buf = malloc(TRACE_OUT_BUF);
   if (!o->buf)
     return -ENOMEM;
-  if (gzip) {
-    rc = gz_open(o, level);
+  if (mode != TRACE_OUT_PLAIN) {
+    rc = gz_open(o, mode, level);
     if (rc)
       return rc;
   }
@@ -262,7 +351,7 @@ int trace_out_open(struct trace_out *o, const char *path, int gzip, int level)
   o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (o->fd < 0)
     return o->err = -errno;
-  if (gzip)
+  if (o->gzip)
     gz_start(o);
   return 0;
 }
@@ -276,7 +365,7 @@ int trace_out_flush(struct trace_out *o)
     return o->err;
   if (o->gzip) {
     /* A sync flush at every buffer keeps a killed capture readable with zcat up to here; it
-     * costs a few bytes per 256 KiB. */
+     * costs a few bytes per 256 KiB. Packets: the buffer becomes a chunk of its own. */
     if (!o->len)
       return gz_wait(o);
     return gz_submit(o, Z_SYNC_FLUSH, 0);
@@ -339,9 +428,10 @@ static uint64_t deflate_slack(size_t n)
 uint64_t trace_out_size(const struct trace_out *o)
 {
   /* After a sync flush deflate holds nothing back, so the buffered text and the buffer in
-   * flight (file_bytes is the size from before it) are all that is unaccounted for. */
-  if (!o->gzip)
-    return o->file_bytes + o->len;
+   * flight (file_bytes is the size from before it) are all that is unaccounted for. A chunk
+   * of packets is written deflated only when that is smaller than the packets themselves. */
+  if (!o->gzip || o->packets)
+    return o->file_bytes + o->len + (o->gzip ? o->gz->inflight : 0);
   return o->file_bytes + o->len + deflate_slack(o->len) +
          (o->gz->inflight ? o->gz->inflight + deflate_slack(o->gz->inflight) : 0);
 }

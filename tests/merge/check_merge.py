@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "trace"))
@@ -365,8 +366,7 @@ def scenario_errors(args):
     lines[5] = lines[5][:20]
     with open(p("corrupt.json"), "w") as f:
         f.write("\n".join(lines))
-    with open(p("fixture.pftrace"), "rb") as f:
-        pf = f.read()
+    pf = plain_pftrace(p("fixture.pftrace"))
     with open(p("cut.pftrace"), "wb") as f:
         f.write(pf[:-3])
 
@@ -458,6 +458,22 @@ def pf_packets(data):
         out.append(data[i:j + n])
         i = j + n
     return out
+
+
+def plain_pftrace(path):
+    """A .pftrace's packets with its compressed chunks inflated: the agent writes chunks, the
+    cases here edit packets (and merge reads both)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    stats = {}
+    data = check_traces.inflate_pftrace(raw, path, stats)
+    check(stats.get("chunks"), "%s: written without compressed chunks" % path)
+    return data
+
+
+def pf_chunk(packets, level=1):
+    """One compressed_packets packet holding packets (framed Trace bytes), as the agent writes."""
+    return pf_packet(pb_msg(50, zlib.compress(packets, level)))
 
 
 def merge_expect(args, out, argv, rc, who=None, what=None):
@@ -555,8 +571,7 @@ def scenario_hostile(args):
                  "utf8.json", "line")
 
     # .pftrace: ids the arithmetic cannot keep apart, pids that are not the input's.
-    with open(p("fixture.pftrace"), "rb") as f:
-        pf = f.read()
+    pf = plain_pftrace(p("fixture.pftrace"))
     seq_stride = SEQ_STRIDE
     pf_cases = [
         ("term-flow.pftrace", pf_event(extra=pb_fixed64(48, (1 << 32) + 7)), "flow id"),
@@ -584,6 +599,43 @@ def scenario_hostile(args):
         f.write(pf[:3])
     merge_expect(args, out, ["-o", p("m.pftrace"), p("fixture.pftrace"), p("cut0.pftrace")], 2,
                  "cut0.pftrace", "not a gpuprof trace")
+    # Compressed chunks (how the agent writes a .pftrace): damaged ones are refused in one
+    # line; the same packets in chunks of any size merge as they would plain.
+    body = pf_packets(pf)
+    head, rest = b"".join(body[:3]), b"".join(body[3:])
+    z = zlib.compress(rest, 1)
+    chunk_cases = [
+        ("chunk-cut-zlib.pftrace", head + pf_packet(pb_msg(50, z[:len(z) // 2])), "inflate"),
+        ("chunk-bad-zlib.pftrace", head + pf_packet(pb_msg(50, z[:40] + bytes(20) + z[60:])),
+         "inflate"),
+        ("chunk-trailing.pftrace", head + pf_packet(pb_msg(50, z + b"xyz")), "inflate"),
+        ("chunk-raw-deflate.pftrace", head + pf_packet(pb_msg(50, z[2:-4])), "inflate"),
+        ("chunk-cut-packet.pftrace", head + pf_chunk(rest[:-5]), "cut packet"),
+        ("chunk-not-packet.pftrace", head + pf_chunk(b"\x12\x01x" + rest), "cut packet"),
+        ("chunk-nested.pftrace", head + pf_chunk(pf_chunk(rest)), "inside a compressed chunk"),
+        ("chunk-extra-field.pftrace", head + pf_packet(pb_msg(50, z) + pb_uint(10, 1)),
+         "other fields"),
+        ("chunk-bomb.pftrace", head + pf_chunk(pf_packet(pb_msg(11, bytes(70 << 20)))),
+         "over"),
+    ]
+    for name, data, what in chunk_cases:
+        with open(p(name), "wb") as f:
+            f.write(data)
+        merge_expect(args, out, ["-o", p("m.pftrace"), p("fixture.pftrace"), p(name)], 2, name,
+                     what)
+    merged = []
+    for name, data in (("chunked-each.pftrace", b"".join(pf_chunk(b) for b in body)),
+                       ("chunked-one.pftrace", head + pf_chunk(rest, 9)),
+                       ("plain.pftrace", pf)):
+        with open(p(name), "wb") as f:
+            f.write(data)
+        merge_expect(args, out, ["-o", p("c-m.pftrace"), p(name), p("fixture.pftrace")], 0)
+        trace = check_traces.decode_pftrace(p("c-m.pftrace"), args.proto, args.protoc)
+        if trace is not None:
+            merged.append((name, check_traces.rebuild(trace, p("c-m.pftrace"))[1]))
+        os.unlink(p("c-m.pftrace"))
+    for name, slices in merged[1:]:
+        check(slices == merged[0][1], "%s merged to other slices than %s" % (name, merged[0][0]))
     # The same packet with ids in range merges.
     with open(p("ok.pftrace"), "wb") as f:
         f.write(pf + pf_event(extra=pb_fixed64(48, 7) + pb_uint(52, 0xFFFFFFFF)))
@@ -604,8 +656,7 @@ def scenario_fuzz(args):
     iters = int(os.environ.get("GPUPROF_FUZZ_ITERS", "150"))
     with open(p("fixture.json"), encoding="latin-1") as f:  # bytes as they are, any mutation
         lines = f.read().split("\n")
-    with open(p("fixture.pftrace"), "rb") as f:
-        packets = pf_packets(f.read())
+    packets = pf_packets(plain_pftrace(p("fixture.pftrace")))
     values = ["null", "-1", "0", "1e308", "-0.0", "18446744073709551616", "1.0000", "\"x\"",
               "[]", "{}", "9223372036854775807", "-9223372036854775808", "4294967296",
               "[" * 200 + "]" * 200, "{\"a\":" * 100 + "1" + "}" * 100, "true", "1.5e3",

@@ -12,7 +12,8 @@
 #include "export/trace.h"
 
 /*
- * bench_trace [--events N] [--dir DIR] [--format json|json.gz|pftrace] [--keep]
+ * bench_trace [--events N] [--dir DIR] [--format json|json.gz|pftrace|pftrace-plain]
+ *             [--rate R] [--keep]
  *
  * For each format, writes N kernels (realistic mangled names from a set of 64, launch
  * configurations from a set of 16, 4 streams on 2 GPUs) and N launch API calls with flows,
@@ -24,6 +25,12 @@
  *              agent's worker can sustain when the compressor keeps up
  *   B/kernel   file bytes divided by the number of kernels, for a kernels-only run (GPU-only
  *              capture: no API slices, no flows) and for the full run (per kernel + its launch)
+ *   chunks     pftrace: 256 KiB chunks of packets written deflated / as they were (when the
+ *              compressor was still busy with the previous one), the last two not counted
+ * pftrace deflates its chunks on a second thread; pftrace-plain writes the packets as they are.
+ * --rate R paces the calls to R per second of wall-clock time (sleeping between batches, which
+ * the thread's CPU time does not count), as records arrive from an application: at full speed
+ * the writer outruns the compressor and stores about every other chunk.
  * Numbers go to docs/PERFORMANCE.md; nothing here is asserted. --keep leaves the files in DIR
  * (bench_trace_kernels.F, bench_trace_launch.F), to compare the content of two builds: it is
  * deterministic but for the clock snapshot taken at open.
@@ -65,15 +72,30 @@ struct result {
   double wall_events_per_s;
   double bytes_per_kernel;
   uint64_t bytes;
+  uint64_t chunks_deflated, chunks_stored;
 };
 
-static int run(enum trace_format fmt, const char *path, long n, int with_api, struct result *r)
+/* Sleeps until `calls` calls at `rate` per second past w0 are due. */
+static void pace(double w0, long calls, double rate)
+{
+  double due = w0 + (double)calls / rate, now = wall_seconds();
+
+  if (due > now) {
+    struct timespec ts = {(time_t)(due - now), (long)((due - now - (double)(time_t)(due - now)) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static int run(enum trace_format fmt, int plain, const char *path, long n, int with_api,
+               double rate, struct result *r)
 {
   struct trace_meta meta = {.base_ns = 1700000000000000000ull,
                             .pid = 1234,
                             .process_name = "bench",
                             .agent_version = "gpuprof bench",
-                            .flows = with_api};
+                            .flows = with_api,
+                            .pftrace_plain = plain};
+  struct trace_stats ts;
   struct trace_writer *w = trace_writer_open(path, fmt, &meta);
   uint64_t t = meta.base_ns + 1000;
   uint64_t stream_end[4] = {0};
@@ -118,7 +140,12 @@ static int run(enum trace_format fmt, const char *path, long n, int with_api, st
     }
     trace_writer_gpu_slice(w, &g);
     calls++;
+    if (rate > 0 && !(i & 1023))
+      pace(w0, calls, rate);
   }
+  trace_writer_stats(w, &ts);
+  r->chunks_deflated = ts.chunks_deflated;
+  r->chunks_stored = ts.chunks_stored;
   trace_writer_close(w);
   r->events_per_s = (double)calls / (cpu_seconds() - c0);
   r->wall_events_per_s = (double)calls / (wall_seconds() - w0);
@@ -134,12 +161,15 @@ int main(int argc, char **argv)
   long n = 1000000;
   const char *dir = "/tmp", *only = NULL;
   int keep = 0;
+  double rate = 0;
   static const struct {
     enum trace_format fmt;
-    const char *name;
-  } fmts[] = {{TRACE_FORMAT_JSON, "json"},
-              {TRACE_FORMAT_JSON_GZ, "json.gz"},
-              {TRACE_FORMAT_PERFETTO, "pftrace"}};
+    int plain;
+    const char *name, *suffix;
+  } fmts[] = {{TRACE_FORMAT_JSON, 0, "json", "json"},
+              {TRACE_FORMAT_JSON_GZ, 0, "json.gz", "json.gz"},
+              {TRACE_FORMAT_PERFETTO, 0, "pftrace", "pftrace"},
+              {TRACE_FORMAT_PERFETTO, 1, "pftrace-plain", "plain.pftrace"}};
 
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--events") && i + 1 < argc)
@@ -148,16 +178,19 @@ int main(int argc, char **argv)
       dir = argv[++i];
     else if (!strcmp(argv[i], "--format") && i + 1 < argc)
       only = argv[++i];
+    else if (!strcmp(argv[i], "--rate") && i + 1 < argc)
+      rate = atof(argv[++i]);
     else if (!strcmp(argv[i], "--keep"))
       keep = 1;
     else {
-      fprintf(stderr, "usage: bench_trace [--events N] [--dir DIR] [--format F] [--keep]\n");
+      fprintf(stderr, "usage: bench_trace [--events N] [--dir DIR] [--format F] [--rate R] "
+                      "[--keep]\n");
       return 2;
     }
   }
   make_names();
-  printf("%-8s %-13s %14s %12s %12s %14s\n", "format", "content", "events/s/core", "wall ev/s",
-         "B/kernel", "file bytes");
+  printf("%-13s %-13s %14s %12s %9s %12s %9s\n", "format", "content", "events/s/core",
+         "wall ev/s", "B/kernel", "file bytes", "chunks");
   for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
     if (only && strcmp(only, fmts[f].name))
       continue;
@@ -166,14 +199,15 @@ int main(int argc, char **argv)
       struct result r;
       if (keep)
         snprintf(path, sizeof(path), "%s/bench_trace_%s.%s", dir, with_api ? "launch" : "kernels",
-                 fmts[f].name);
+                 fmts[f].suffix);
       else
-        snprintf(path, sizeof(path), "%s/bench_trace_%d.%s", dir, (int)getpid(), fmts[f].name);
-      if (run(fmts[f].fmt, path, n, with_api, &r))
+        snprintf(path, sizeof(path), "%s/bench_trace_%d.%s", dir, (int)getpid(), fmts[f].suffix);
+      if (run(fmts[f].fmt, fmts[f].plain, path, n, with_api, rate, &r))
         return 1;
-      printf("%-8s %-13s %14.0f %12.0f %12.1f %14" PRIu64 "\n", fmts[f].name,
-             with_api ? "kernel+launch" : "kernels", r.events_per_s, r.wall_events_per_s,
-             r.bytes_per_kernel, r.bytes);
+      printf("%-13s %-13s %14.0f %12.0f %9.1f %12" PRIu64 " %4" PRIu64 "/%-4" PRIu64 "\n",
+             fmts[f].name, with_api ? "kernel+launch" : "kernels", r.events_per_s,
+             r.wall_events_per_s, r.bytes_per_kernel, r.bytes, r.chunks_deflated,
+             r.chunks_stored);
       if (!keep)
         unlink(path);
     }

@@ -296,14 +296,91 @@ def one(node, key, default=None):
     return v[0] if v else default
 
 
-def decode_pftrace(path, proto, protoc):
+def read_varint(data, i):
+    """(value, next index); raises ValueError past the end or beyond 10 bytes."""
+    v = shift = 0
+    for n in range(10):
+        if i >= len(data):
+            raise ValueError("a varint runs past the end")
+        b = data[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+    raise ValueError("a varint of more than 10 bytes")
+
+
+def split_packets(data, where):
+    """A Trace's bytes -> [(offset, packet bytes)]: every field must be packet (1, bytes) and
+    the data must end on a whole packet."""
+    out, i = [], 0
+    while i < len(data):
+        if data[i] != 0x0A:
+            raise ValueError(f"{where}: byte {i} is 0x{data[i]:02x}, not a Trace.packet key")
+        n, j = read_varint(data, i + 1)
+        if j + n > len(data):
+            raise ValueError(f"{where}: the packet at byte {i} ends past the data")
+        out.append((i, data[j:j + n]))
+        i = j + n
+    return out
+
+
+def inflate_pftrace(data, where, stats=None):
+    """A .pftrace's bytes with each compressed_packets packet replaced by the packets it holds,
+    as Perfetto's tokenizer reads them (proto_trace_tokenizer.cc: a zlib stream of whole
+    Trace.packet fields). Strict where the writer must be: a chunk is a packet holding that one
+    field and nothing else, inflates completely with nothing after the stream, holds whole
+    packets and no chunk inside. stats, if given, counts "chunks" and "plain" packets."""
+    out = bytearray()
+    for off, pkt in split_packets(data, where):
+        if pkt[:2] != b"\x92\x03":
+            out += b"\x0a" + encode_varint(len(pkt)) + pkt
+            if stats is not None:
+                stats["plain"] = stats.get("plain", 0) + 1
+            continue
+        n, j = read_varint(pkt, 2)
+        if j + n != len(pkt):
+            raise ValueError(f"{where}: the chunk at byte {off} holds more than compressed_packets")
+        d = zlib.decompressobj()  # zlib wrapper, as Perfetto's service writes (deflateInit)
+        inner = d.decompress(pkt[j:])
+        if not d.eof or d.unused_data:
+            raise ValueError(f"{where}: the chunk at byte {off} is not one whole zlib stream")
+        for ioff, ipkt in split_packets(inner, f"{where}: chunk at byte {off}"):
+            if ipkt[:2] == b"\x92\x03":
+                raise ValueError(f"{where}: a chunk inside the chunk at byte {off}")
+        out += inner
+        if stats is not None:
+            stats["chunks"] = stats.get("chunks", 0) + 1
+    return bytes(out)
+
+
+def encode_varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def decode_pftrace(path, proto, protoc, stats=None):
+    """The file's packets (compressed chunks inflated) decoded by protoc against the schema."""
     with open(path, "rb") as f:
-        r = subprocess.run([protoc, f"--proto_path={os.path.dirname(proto)}",
-                            "--decode=gpuprof.perfetto.Trace", proto],
-                           stdin=f, capture_output=True)
+        data = f.read()
+    try:
+        data = inflate_pftrace(data, path, stats)
+    except ValueError as e:
+        fail(str(e))
+        return None
+    r = subprocess.run([protoc, f"--proto_path={os.path.dirname(proto)}",
+                        "--decode=gpuprof.perfetto.Trace", proto],
+                       input=data, capture_output=True)
     if not check(r.returncode == 0, f"{path}: protoc --decode failed: {r.stderr.decode()[:500]}"):
         return None
-    return parse_text_format(r.stdout.decode())
+    text = r.stdout.decode()
+    check("compressed_packets:" not in text, f"{path}: compressed_packets left after inflating")
+    return parse_text_format(text)
 
 
 def rebuild(trace, path):
@@ -470,9 +547,12 @@ def json_track_of(tracks, uuid):
 
 
 def check_pftrace(path, json_events, proto, protoc, stats, log):
-    trace = decode_pftrace(path, proto, protoc)
+    layout = {}
+    trace = decode_pftrace(path, proto, protoc, layout)
     if trace is None:
         return
+    # The writer deflates its packets in chunks; a trace this small is one chunk.
+    check(layout == {"chunks": 1}, f"{path}: chunks and plain packets {layout}, expected 1 chunk")
     tracks, slices, counters, instants, open_ = rebuild(trace, path)
     check(not any(open_.values()), f"{path}: slices left open")
 

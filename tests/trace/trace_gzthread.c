@@ -167,7 +167,7 @@ static void clean_close(const char *dir, unsigned char *back)
 
   snprintf(path, sizeof(path), "%s/clean.json.gz", dir);
   EXPECT(gz_threads(NULL) == 0);
-  EXPECT(trace_out_open(&o, path, 1, 1) == 0);
+  EXPECT(trace_out_open(&o, path, TRACE_OUT_GZIP, 1) == 0);
   EXPECT(gz_threads(&tid) == 1);
   EXPECT(tid > 0 && blocks_app_signals(tid));
   data_len = 0;
@@ -198,7 +198,7 @@ static void failed_open(const char *dir)
   char path[4096];
 
   snprintf(path, sizeof(path), "%s/no-such-dir/x.json.gz", dir);
-  EXPECT(trace_out_open(&o, path, 1, 1) == -ENOENT);
+  EXPECT(trace_out_open(&o, path, TRACE_OUT_GZIP, 1) == -ENOENT);
   EXPECT(gz_threads(NULL) == 0);
   EXPECT(trace_out_close(&o) == -ENOENT);
   EXPECT(gz_threads(NULL) == 0);
@@ -214,7 +214,7 @@ static int failed_write_child(const char *path, unsigned char *back)
   long n;
 
   signal(SIGXFSZ, SIG_IGN);
-  if (setrlimit(RLIMIT_FSIZE, &rl) || trace_out_open(&o, path, 1, 1))
+  if (setrlimit(RLIMIT_FSIZE, &rl) || trace_out_open(&o, path, TRACE_OUT_GZIP, 1))
     return 10;
   data_len = 0;
   /* Incompressible: 1.5 MB handed over are far past the limit, so the writer must have seen
