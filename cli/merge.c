@@ -828,8 +828,10 @@ static int pf_inflate(struct pf_reader *r, const uint8_t *zdata, size_t zlen)
   }
   inflateEnd(&z);
   if (zrc != Z_STREAM_END || z.avail_in)
-    return fail(r->path, "byte %" PRIu64 ": a compressed chunk that does not inflate whole: "
-                "not a gpuprof trace", r->chunk_offset);
+    return fail(r->path,
+                "byte %" PRIu64 ": a compressed chunk that does not inflate whole: "
+                "not a gpuprof trace",
+                r->chunk_offset);
   return 0;
 }
 
@@ -843,13 +845,17 @@ static int chunk_next(struct pf_reader *r, const uint8_t **p, size_t *n)
 
   if (r->chunk[r->chunk_pos] != 0x0A || get_varint(r->chunk, r->chunk_len, &at, &len) ||
       len > r->chunk_len - at || len > PACKET_MAX)
-    return fail(r->path, "byte %" PRIu64 ": a compressed chunk holds a cut packet: not a "
-                "gpuprof trace", r->chunk_offset);
+    return fail(r->path,
+                "byte %" PRIu64 ": a compressed chunk holds a cut packet: not a "
+                "gpuprof trace",
+                r->chunk_offset);
   *p = r->chunk + at;
   *n = (size_t)len;
   if (is_chunk(*p, *n, &z, &zlen))
-    return fail(r->path, "byte %" PRIu64 ": a compressed chunk inside a compressed chunk: not "
-                "a gpuprof trace", r->chunk_offset);
+    return fail(r->path,
+                "byte %" PRIu64 ": a compressed chunk inside a compressed chunk: not "
+                "a gpuprof trace",
+                r->chunk_offset);
   r->chunk_pos = at + len;
   return 1;
 }

@@ -698,9 +698,9 @@ struct trace_writer *trace_writer_open(const char *path, enum trace_format forma
   w->next_uuid = 1;
   w->max_ts = meta->base_ns;
   level = meta->gzip_level >= 1 && meta->gzip_level <= 9 ? meta->gzip_level : 1;
-  mode = format == TRACE_FORMAT_JSON_GZ    ? TRACE_OUT_GZIP
+  mode = format == TRACE_FORMAT_JSON_GZ                            ? TRACE_OUT_GZIP
          : format == TRACE_FORMAT_PERFETTO && !meta->pftrace_plain ? TRACE_OUT_PACKETS
-                                                                    : TRACE_OUT_PLAIN;
+                                                                   : TRACE_OUT_PLAIN;
   rc = trace_out_open(&w->out, path, mode, level);
   if (!rc)
     rc = w->ops->begin(w);

@@ -40,8 +40,8 @@ struct trace_gz {
   int job_flush; /* gzip: Z_SYNC_FLUSH or Z_FINISH */
   int job_store; /* packets: write the job as it is */
   int busy, quit;
-  int err;        /* sticky; also read without the lock (atomically) by the writer */
-  uint64_t bytes; /* bytes the thread handed to write(2) */
+  int err;                   /* sticky; also read without the lock (atomically) by the writer */
+  uint64_t bytes;            /* bytes the thread handed to write(2) */
   uint64_t deflated, stored; /* packets: chunks written each way */
 
   char *spare;     /* the writer's other buffer: the one in flight, or idle */
@@ -137,8 +137,8 @@ const unsigned char *trace_chunk_deflate(z_stream *z, const void *data, size_t l
 
 /* Writes len bytes of whole packets as one compressed chunk, or as they are (store, or deflate
  * did not pay); on the compressor thread (or inline without one). */
-static int chunk_out(struct trace_out *o, const char *data, size_t len, int store,
-                     uint64_t *bytes, uint64_t *deflated, uint64_t *stored)
+static int chunk_out(struct trace_out *o, const char *data, size_t len, int store, uint64_t *bytes,
+                     uint64_t *deflated, uint64_t *stored)
 {
   uint64_t boundary = *bytes;
   const unsigned char *chunk = NULL;

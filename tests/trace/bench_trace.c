@@ -81,7 +81,8 @@ static void pace(double w0, long calls, double rate)
   double due = w0 + (double)calls / rate, now = wall_seconds();
 
   if (due > now) {
-    struct timespec ts = {(time_t)(due - now), (long)((due - now - (double)(time_t)(due - now)) * 1e9)};
+    struct timespec ts = {(time_t)(due - now),
+                          (long)((due - now - (double)(time_t)(due - now)) * 1e9)};
     nanosleep(&ts, NULL);
   }
 }
@@ -189,8 +190,8 @@ int main(int argc, char **argv)
     }
   }
   make_names();
-  printf("%-13s %-13s %14s %12s %9s %12s %9s\n", "format", "content", "events/s/core",
-         "wall ev/s", "B/kernel", "file bytes", "chunks");
+  printf("%-13s %-13s %14s %12s %9s %12s %9s\n", "format", "content", "events/s/core", "wall ev/s",
+         "B/kernel", "file bytes", "chunks");
   for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
     if (only && strcmp(only, fmts[f].name))
       continue;
@@ -206,8 +207,7 @@ int main(int argc, char **argv)
         return 1;
       printf("%-13s %-13s %14.0f %12.0f %9.1f %12" PRIu64 " %4" PRIu64 "/%-4" PRIu64 "\n",
              fmts[f].name, with_api ? "kernel+launch" : "kernels", r.events_per_s,
-             r.wall_events_per_s, r.bytes_per_kernel, r.bytes, r.chunks_deflated,
-             r.chunks_stored);
+             r.wall_events_per_s, r.bytes_per_kernel, r.bytes, r.chunks_deflated, r.chunks_stored);
       if (!keep)
         unlink(path);
     }
