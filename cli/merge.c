@@ -82,6 +82,7 @@ struct merge {
   size_t n;
   uint64_t base_ns;
   gzFile gz;     /* JSON output ("wT": plain) */
+  int gz_fd;     /* a second descriptor of its file, to fsync it after gzclose (-1: none) */
   FILE *pf;      /* .pftrace output */
   uint8_t *pbuf; /* packing buffer */
   size_t pbuf_cap;
@@ -1472,9 +1473,14 @@ static int open_output(struct merge *m, enum family fam, int gz, const char *fin
     if (m->pf)
       setvbuf(m->pf, NULL, _IOFBF, OUT_BUF);
   } else {
-    m->gz = gzdopen(fd, gz ? "wb1" : "wT");
+    m->gz_fd = dup(fd);
+    m->gz = m->gz_fd >= 0 ? gzdopen(fd, gz ? "wb1" : "wT") : NULL;
     if (m->gz)
       gzbuffer(m->gz, OUT_BUF);
+    else if (m->gz_fd >= 0) {
+      close(m->gz_fd);
+      m->gz_fd = -1;
+    }
   }
   if (!m->pf && !m->gz) {
     close(fd);
@@ -1495,9 +1501,15 @@ static int close_output(struct merge *m, const char *out)
     m->pf = NULL;
   }
   if (m->gz) {
+    /* gzclose writes the end and closes its descriptor; the file is on disk before the rename
+     * names it, as a .pftrace is. */
     if (gzclose(m->gz) != Z_OK)
       rc = io_fail(out, "write error", errno ? errno : EIO);
+    else if (fsync(m->gz_fd))
+      rc = io_fail(out, "write error", errno);
+    close(m->gz_fd);
     m->gz = NULL;
+    m->gz_fd = -1;
   }
   return rc;
 }
@@ -1528,6 +1540,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
   struct stat so, si;
 
   memset(&m, 0, sizeof(m));
+  m.gz_fd = -1;
   if (!n)
     return EXIT_BAD_INPUT;
   if (n > UINT32_MAX / SEQ_STRIDE - 2) {

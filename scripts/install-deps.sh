@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libunwind-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libcurl4-openssl-dev zlib1g-dev libelf-dev liblz4-dev libzstd-dev libiberty-dev libjson-c-dev
-  python3 python3-yaml python3-protobuf golang-go patchelf
+  python3 python3-yaml python3-protobuf golang-go patchelf strace
 )
 
 missing=()

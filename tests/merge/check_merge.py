@@ -407,6 +407,41 @@ def scenario_errors(args):
     check(os.path.dirname(name) == out and os.path.basename(name).startswith("gpuprof-merged-")
           and name.endswith(".json"), "default name %r" % name)
     validate(args, name)
+    check_durable(args, out)
+
+
+def check_durable(args, out):
+    """Each format's merged file reaches the disk (fsync of its descriptor) before a rename or
+    link gives it its name: a crash right after the merge leaves the old name or a whole file.
+    Traced with strace (Debian package strace)."""
+    strace = shutil.which("strace")
+    if not check(strace, "strace not found (Debian package strace)"):
+        return
+    p = lambda n: os.path.join(out, n)  # noqa: E731
+    for suffix in ("json", "json.gz", "pftrace"):
+        src = "fixture." + ("json" if suffix == "json.gz" else suffix)
+        other = p("durable-copy." + src.split(".", 1)[1])
+        shutil.copy(p(src), other)
+        dst = p("durable." + suffix)
+        log = p("durable-%s.strace" % suffix)
+        r = subprocess.run([strace, "-f", "-qq", "-o", log, "-e", "trace=openat,fsync,rename,link",
+                            args.gpuprof, "merge", "-o", dst, p(src), other],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, "merge -o %s under strace exited %d: %s" % (
+            dst, r.returncode, r.stderr[-500:]))
+        calls = open(log).read().splitlines()
+        os.unlink(log)
+        tmp_fd = None
+        synced = named = False
+        for c in calls:
+            if "openat(" in c and ".gpuprof-merge-" in c and "= " in c:
+                tmp_fd = c.rsplit("= ", 1)[1].split()[0]
+            elif " fsync(" in c and tmp_fd is not None and not named:
+                synced = True  # of the temporary file or its duplicate
+            elif (" rename(" in c or " link(" in c) and dst in c:
+                named = True
+                check(synced, "%s: named before its data was fsynced: %s" % (dst, c))
+        check(tmp_fd is not None and named, "%s: no temporary file renamed: %r" % (dst, calls))
 
 
 # ---- hostile inputs ----
