@@ -603,8 +603,28 @@ void *nccl_launch_start(struct nccl_comm_slot *c)
   return make_handle(0, 0, TAG_LAUNCH);
 }
 
-/* The pending ops of comm (index + 1, 0: any) go to launch corr. */
-static void bind_pending(uint32_t corr, uint32_t comm)
+/*
+ * Per communicator (any thread reads): the latest API start of an op that finished (the worker
+ * writes; NCCL runs a communicator's ops in order, so an op posted before it finished too, even
+ * if its record was lost), and the device its kernels run on + 1 (the launching thread writes:
+ * the plugin is not told a communicator's device, its launches' context tells it before any
+ * kernel finished, which a hung collective's never does; the worker writes it again from the
+ * kernel records).
+ */
+static _Atomic uint64_t comm_done_posted[NCCL_MAX_COMMS];
+static _Atomic uint32_t comm_dev1[NCCL_MAX_COMMS];
+static _Atomic uint32_t any_dev1;
+
+static void comm_set_device(uint32_t comm, int32_t device)
+{
+  if (comm >= NCCL_MAX_COMMS || device < 0)
+    return;
+  atomic_store_explicit(&comm_dev1[comm], (uint32_t)device + 1, memory_order_relaxed);
+  atomic_store_explicit(&any_dev1, (uint32_t)device + 1, memory_order_relaxed);
+}
+
+/* The pending ops of comm (index + 1, 0: any) go to launch corr, on device. */
+static void bind_pending(uint32_t corr, uint32_t comm, int32_t device)
 {
   uint32_t kept = 0;
   unsigned tag;
@@ -619,19 +639,22 @@ static void bind_pending(uint32_t corr, uint32_t comm)
       continue;
     }
     op_bind(o, (uint32_t)(o - ops), corr);
+    comm_set_device(GET(o->comm), device);
     op_unpin(o);
     tls.bound_pending = 1;
   }
   tls.n_pending = kept;
 }
 
-void nccl_note_launch_slow(uint32_t corr_id, const char *symbol_name)
+void nccl_note_launch_slow(uint32_t corr_id, const char *symbol_name, int32_t device)
 {
   if (!lslots || !corr_id)
     return;
   if (tls.kl_open) {
     tls.kl_corr = corr_id;
-    bind_pending(corr_id, tls.kl_comm);
+    if (tls.kl_comm)
+      comm_set_device(tls.kl_comm - 1, device);
+    bind_pending(corr_id, tls.kl_comm, device);
     return;
   }
   /* v3/v4 plugins get no KernelLaunch events: an NCCL kernel launched on this thread plays
@@ -642,7 +665,7 @@ void nccl_note_launch_slow(uint32_t corr_id, const char *symbol_name)
        !strstr(symbol_name, "ncclSymk")))
     return;
   tls.bound_pending = 0;
-  bind_pending(corr_id, 0);
+  bind_pending(corr_id, 0, device);
   tls.last_corr = corr_id;
   tls.last_comm = 0;
   tls.last_claimable = !tls.bound_pending;
@@ -726,16 +749,6 @@ static int cur_room(unsigned n)
   return 1;
 }
 
-/*
- * Per communicator, what its finished ops tell about the others (worker thread writes, any
- * thread reads): the latest API start of an op that finished (NCCL runs a communicator's ops
- * in order: an op posted before it finished too, even if its record was lost) and the device
- * its kernels ran on (+ 1; the plugin is not told a communicator's device).
- */
-static _Atomic uint64_t comm_done_posted[NCCL_MAX_COMMS];
-static _Atomic uint32_t comm_dev1[NCCL_MAX_COMMS];
-static _Atomic uint32_t any_dev1;
-
 /* comm_done_posted[comm] = max(itself, t): a CAS, as the worker and nccl_comm_finalize race. */
 static void comm_done_raise(uint32_t comm, uint64_t t)
 {
@@ -752,8 +765,7 @@ static void comm_finished(uint32_t comm, uint64_t api_start_ns, uint32_t device)
   if (comm >= NCCL_MAX_COMMS)
     return;
   comm_done_raise(comm, api_start_ns);
-  atomic_store_explicit(&comm_dev1[comm], device + 1, memory_order_relaxed);
-  atomic_store_explicit(&any_dev1, device + 1, memory_order_relaxed);
+  comm_set_device(comm, (int32_t)device);
 }
 
 void nccl_comm_finalize(void *context)

@@ -158,13 +158,15 @@ void nccl_count_ignored(void);
 
 /* ---- the driver launch callback (cupti/subscriber.c), application threads ---- */
 
-/* Cheap unless a KernelLaunch event is open on this thread (or a v3/v4 plugin was inited). */
-void nccl_note_launch_slow(uint32_t corr_id, const char *symbol_name);
+/* A kernel launch on a device (of its context; -1: unknown): the ops of the KernelLaunch event
+ * open on this thread (or, v3/v4 plugins, of an NCCL kernel's name) run in it. Cheap unless a
+ * KernelLaunch event is open on this thread (or a v3/v4 plugin was inited). Call it only while
+ * nccl_watching(). */
+void nccl_note_launch_slow(uint32_t corr_id, const char *symbol_name, int32_t device);
 extern _Atomic int nccl_launch_watch; /* nonzero once any plugin was initialised */
-static inline void nccl_note_launch(uint32_t corr_id, const char *symbol_name)
+static inline int nccl_watching(void)
 {
-  if (__builtin_expect(atomic_load_explicit(&nccl_launch_watch, memory_order_relaxed), 0))
-    nccl_note_launch_slow(corr_id, symbol_name);
+  return __builtin_expect(atomic_load_explicit(&nccl_launch_watch, memory_order_relaxed), 0);
 }
 
 /* ---- worker side ---- */

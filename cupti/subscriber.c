@@ -334,11 +334,14 @@ static void on_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
     corr_table_enter(corr, &info);
     /* NCCL's kernel launches: the plugin's KernelLaunch event on this thread names the ops
      * this correlation id runs (agent/nccl.h). One relaxed load unless NCCL is in use. */
-    if (dom == CORR_DOMAIN_DRIVER && (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx ||
-                                      cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
-                                      cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
-                                      cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz))
-      nccl_note_launch(cb->correlationId, cb->symbolName);
+    if (dom == CORR_DOMAIN_DRIVER &&
+        (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz) &&
+        nccl_watching())
+      nccl_note_launch_slow(cb->correlationId, cb->symbolName,
+                            context_device(cb->context, cb->contextUid));
     if (!info.parent_corr_id)
       striped_counter_add(dom == CORR_DOMAIN_RUNTIME ? &api_runtime : &api_driver, ts->counter_slot,
                           1);

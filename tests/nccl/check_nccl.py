@@ -464,6 +464,42 @@ def check_hang_trace(c, slices, meta, what, first, hashes):
     c.true(f"{what}: seq 2 launched before seq 3 ({corrs})", corrs == sorted(set(corrs)))
 
 
+# hang_dev: nccl_api_e2e hang_dev (see hang_dev() there): gpu0's AllReduce finished on device 0,
+# gpu1's first one launched on device 1 and never finished.
+SUMMARY["hang_dev"] = {"comms": 2, "comms_dropped": 0, "ops": 2, "ops_joined": 1,
+                       "ops_unjoined": 1, "ops_dropped": 0, "ops_overflow": 0,
+                       "launch_conflicts": 0, "ignored_events": 4, "kernels": 1,
+                       "ops_pending": 1,
+                       "funcs": {"AllReduce": {"ops": 1, "bytes": 4000, "gpu_time_ns": 50000}}}
+
+
+def check_hang_dev(c, pid, got, fmt, validator, proto, protoc):
+    """Each comm's ops on the GPU its kernels were launched on: gpu1's pending op on GPU 1."""
+    got = dict(got or {})
+    pending = got.pop("pending", None) or []
+    c.eq("summary nccl (but pending)", got, SUMMARY["hang_dev"])
+    c.eq("summary pending (comm_name, state)",
+         [(p.get("comm_name"), p.get("state")) for p in pending],
+         [("gpu1", "launched, not finished")])
+    out = os.environ["GPUPROF_OUTPUT_DIR"]
+    suffix = ".json" if fmt == "json" else ".pftrace"
+    traces = glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture{suffix}"))
+    c.eq(f"{suffix} traces", len(traces), 1)
+    if not traces:
+        return
+    if fmt == "json":
+        sl = json_slices(c, traces[0], validator)
+        where = lambda x: (x[4].get("_process") or "").split(" (")[0]  # noqa: E731
+    else:
+        tracks = {}
+        sl = pftrace_slices(c, traces[0], proto, protoc, tracks_out=tracks)
+        where = lambda x: tracks.get(x[0], "")  # noqa: E731
+    ops = [(x[0], where(x), x[4].get("state")) for x in sl if x[0].startswith("NCCL comm")]
+    c.eq("NCCL ops: (track, GPU, state)", sorted(ops, key=lambda o: o[0]),
+         [("NCCL comm gpu0 rank 0/2", "GPU 0", None),
+          ("NCCL comm gpu1 rank 0/2", "GPU 1", "launched, not finished")])
+
+
 def check_hang(c, pid, fmt, validator, proto, protoc, hashes):
     out = os.environ["GPUPROF_OUTPUT_DIR"]
     suffix = ".json" if fmt == "json" else ".pftrace"
@@ -610,7 +646,9 @@ def json_slices(c, path, validator):
     return out
 
 
-def pftrace_slices(c, path, proto, protoc, with_meta=False):
+def pftrace_slices(c, path, proto, protoc, with_meta=False, tracks_out=None):
+    """tracks_out, if given, gets each slice track's name -> its parent's (the GPU's) name, up to
+    its first " (" (the device's model)."""
     trace = check_traces.decode_pftrace(path, proto, protoc)
     c.eq(f"{path}: decode", check_traces.failures, [])
     if trace is None:
@@ -626,6 +664,11 @@ def pftrace_slices(c, path, proto, protoc, with_meta=False):
         d = tracks[uuid]
         tn = check_traces.one(one_thread(d), "thread_name") if "thread" in d else \
             check_traces.one(d, "name")
+        if tracks_out is not None:
+            parent = tracks.get(check_traces.one(d, "parent_uuid"), {})
+            pn = check_traces.one(check_traces.one(parent, "process", {}), "process_name") \
+                if "process" in parent else check_traces.one(parent, "name", "")
+            tracks_out[tn] = (pn or "").split(" (")[0]
         for name, s, e, b in lst:
             args = {}
             for k, v in b["args"].items():
@@ -666,7 +709,7 @@ def main():
     proc.stdout, proc.stderr = proc.communicate(timeout=120)
     sys.stderr.write(proc.stderr)
     c.eq("exit status", proc.returncode, 0)
-    api = a.case in ("api", "initall", "ondemand", "span", "hang", "hang_abort")
+    api = a.case in ("api", "initall", "ondemand", "span", "hang", "hang_abort", "hang_dev")
     done = "nccl_api_e2e: done" if api else f"nccl_plugin_sim {a.case}: done"
     c.true(f"the program finished ({proc.stdout!r})", done in proc.stdout)
     if not api:
@@ -696,6 +739,9 @@ def main():
              [(p.get("comm_name"), p.get("func"), p.get("seq"), p.get("state"))
               for p in pending], [("hang1", "AllReduce", None, "not launched")])
         return c.exit_status("check_nccl hang_abort")
+    if a.case == "hang_dev":
+        check_hang_dev(c, proc.pid, got, a.format, a.validator, a.proto, a.protoc)
+        return c.exit_status(f"check_nccl hang_dev {a.format}")
     if a.case == "hang":
         hashes = check_hang_summary(c, got, proc.stderr)
         check_pprof(c, a.case, proc.pid)

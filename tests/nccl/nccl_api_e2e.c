@@ -3,7 +3,7 @@
  * Modes: api (that), initall (the two comms of one ncclCommInitAll driven in one group from
  * one thread, as samples/nccl_allreduce.cu), ondemand (the same calls inside and outside
  * captures, one of them GPU-only), span (a group that outlives its capture), hang (collectives
- * that never finish, see hang()). */
+ * that never finish, see hang()), hang_dev (a hung first collective on the second device). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -199,6 +199,49 @@ static int hang(int abort_comm)
   return 0; /* no ncclGroupEnd, no synchronization: the exit path finishes the capture */
 }
 
+/*
+ * hang_dev (two devices): comm "gpu0" on device 0 finishes an AllReduce; then comm "gpu1" on
+ * device 1 launches its first AllReduce, whose kernel never finishes, and the program exits.
+ * No kernel of gpu1 ever finished, so only its launch tells the agent its device: the pending
+ * op must be drawn on GPU 1, not on the device some other comm's kernels ran on.
+ */
+static ncclComm_t dev_comm[2]; /* never destroyed (a hung job) */
+
+static int hang_dev(void)
+{
+  CUcontext ctx[2];
+  CUstream st[2];
+  CUdeviceptr a[2], b[2];
+
+  CU(cuInit(0));
+  fakegpu_set_kernel_duration_ns(K_AR_F32, 50000);
+  for (int i = 0; i < 2; i++) {
+    CUdevice dev;
+    ncclUniqueId id;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.commName = i ? "gpu1" : "gpu0";
+    CU(cuDeviceGet(&dev, i));
+    CU(cuDevicePrimaryCtxRetain(&ctx[i], dev));
+    CU(cuCtxSetCurrent(ctx[i]));
+    CU(cuMemAlloc(&a[i], 1u << 20));
+    CU(cuMemAlloc(&b[i], 1u << 20));
+    CU(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    NC(ncclGetUniqueId(&id));
+    NC(ncclCommInitRankConfig(&dev_comm[i], 2, id, 0, &cfg));
+  }
+  CU(cuCtxSetCurrent(ctx[0]));
+  NC(ncclAllReduce((void *)a[0], (void *)b[0], 1000, ncclFloat32, ncclSum, dev_comm[0],
+                   (cudaStream_t)st[0]));
+  CU(cuStreamSynchronize(st[0]));
+  usleep(200000); /* the periodic flush delivers gpu0's kernel */
+  fakegpu_set_kernel_duration_ns(K_AR_F32, 1000000000000ull);
+  CU(cuCtxSetCurrent(ctx[1]));
+  NC(ncclAllReduce((void *)a[1], (void *)b[1], 2000, ncclFloat32, ncclSum, dev_comm[1],
+                   (cudaStream_t)st[1]));
+  printf("nccl_api_e2e: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "api";
@@ -211,6 +254,8 @@ int main(int argc, char **argv)
 
   if (!strcmp(mode, "initall"))
     return initall();
+  if (!strcmp(mode, "hang_dev"))
+    return hang_dev();
   if (!strcmp(mode, "hang") || !strcmp(mode, "hang_abort"))
     return hang(!strcmp(mode, "hang_abort"));
   CU(cuInit(0));

@@ -80,7 +80,7 @@ static void *app(void *arg)
     kl = nccl_launch_start(comm);
     /* One bracket in 13 without a launch the agent saw: its ops are released at once. */
     if (k % 13)
-      nccl_note_launch_slow(k, "ncclDevKernel_Broadcast_RING_LL");
+      nccl_note_launch_slow(k, "ncclDevKernel_Broadcast_RING_LL", 0);
     nccl_handle_stop(kl);
     task = nccl_task_start(comm, api, &t);
     nccl_handle_stop(task);
@@ -223,7 +223,7 @@ static void test_comm_finalize(void)
   nccl_set_tracing(1);
   api = nccl_api_start(c, &d);
   kl = nccl_launch_start(c);
-  nccl_note_launch_slow(4000000001u, "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+  nccl_note_launch_slow(4000000001u, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0);
   nccl_handle_stop(kl);
   task = nccl_task_start(c, api, &t);
   nccl_handle_stop(task);
