@@ -446,13 +446,7 @@ def check_durable(args, out):
 
 # ---- hostile inputs ----
 
-def pb_varint(v):
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+pb_varint = check_traces.encode_varint
 
 
 def pb_uint(num, v):

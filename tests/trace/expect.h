@@ -3,6 +3,8 @@
 #define GPUPROF_TESTS_TRACE_EXPECT_H
 
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -13,5 +15,26 @@ static int failures;
       failures++;                                                                                  \
     }                                                                                              \
   } while (0)
+
+/*
+ * Runs child(path, arg) in a forked child (for a process-wide setting such as a file size
+ * limit) and expects it to exit 0; a non-zero status, the check that failed there, is printed.
+ */
+static inline void expect_child_ok(const char *what, int (*child)(const char *, unsigned char *),
+                                   const char *path, unsigned char *arg)
+{
+  pid_t pid;
+  int status = 0;
+
+  fflush(NULL);
+  pid = fork();
+  if (pid == 0)
+    _exit(child(path, arg));
+  EXPECT(pid > 0);
+  EXPECT(waitpid(pid, &status, 0) == pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status))
+    fprintf(stderr, "%s: child status %#x\n", what, (unsigned)status);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
 
 #endif

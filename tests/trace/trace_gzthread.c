@@ -246,19 +246,9 @@ static int failed_write_child(const char *path, unsigned char *back)
 static void failed_write(const char *dir, unsigned char *back)
 {
   char path[4096];
-  pid_t child;
-  int status = 0;
 
   snprintf(path, sizeof(path), "%s/wfail.json.gz", dir);
-  fflush(NULL);
-  child = fork();
-  if (child == 0)
-    _exit(failed_write_child(path, back));
-  EXPECT(child > 0);
-  EXPECT(waitpid(child, &status, 0) == child);
-  if (!WIFEXITED(status) || WEXITSTATUS(status))
-    fprintf(stderr, "failed_write: child status %#x\n", (unsigned)status);
-  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  expect_child_ok("failed_write", failed_write_child, path, back);
 }
 
 int main(int argc, char **argv)
