@@ -205,6 +205,7 @@ static void write_nccl_pending(struct json_writer *w)
       json_writer_kv_string(w, "comm_name", c->name);
     json_writer_kv_int(w, "rank", c ? c->rank : 0);
     json_writer_kv_int(w, "nranks", c ? c->nranks : 0);
+    json_writer_kv_uint(w, "device", p[i].device);
     json_writer_kv_string(w, "func", p[i].v.func);
     if (p[i].v.seq != UINT64_MAX)
       json_writer_kv_uint(w, "seq", p[i].v.seq);
@@ -536,9 +537,9 @@ static void print_nccl_pending(struct fd_writer *fw)
       seq[0] = '\0';
     fd_writer_printf(
         fw,
-        "gpuprof:     %s%s on comm %s rank %d/%d: %s, %llu bytes, posted %llu ms "
+        "gpuprof:     %s%s on comm %s rank %d/%d (GPU %u): %s, %llu bytes, posted %llu ms "
         "before exit\n",
-        p[i].v.func, seq, label, c ? c->rank : 0, c ? c->nranks : 0,
+        p[i].v.func, seq, label, c ? c->rank : 0, c ? c->nranks : 0, (unsigned)p[i].device,
         p[i].launched ? "launched, not finished" : "not launched", (unsigned long long)p[i].v.bytes,
         (unsigned long long)(at > p[i].v.api_start_ns ? (at - p[i].v.api_start_ns) / 1000000u : 0));
   }

@@ -382,28 +382,30 @@ def check_hang_summary(c, got, stderr):
     pending = got.pop("pending", None)
     c.eq("summary nccl (but pending)", got, SUMMARY["hang"])
     pending = pending or []
-    c.eq("summary nccl.pending: (comm_name, rank, nranks, func, seq, count, bytes, state)",
-         [(p.get("comm_name"), p.get("rank"), p.get("nranks"), p.get("func"), p.get("seq"),
-           p.get("count"), p.get("bytes"), p.get("state")) for p in pending],
-         [(n, 0, 2, "AllReduce", q, cnt, b, st) for n, q, cnt, _, b, st in HANG_PENDING])
+    c.eq("summary nccl.pending: (comm_name, rank, nranks, device, func, seq, count, bytes, "
+         "state)",
+         [(p.get("comm_name"), p.get("rank"), p.get("nranks"), p.get("device"), p.get("func"),
+           p.get("seq"), p.get("count"), p.get("bytes"), p.get("state")) for p in pending],
+         [(n, 0, 2, 0, "AllReduce", q, cnt, b, st) for n, q, cnt, _, b, st in HANG_PENDING])
     for p in pending:
         c.true(f"summary pending {p.get('seq')}: comm is a hash, age_ms a number",
                re.fullmatch(r"[0-9a-f]{16}", p.get("comm", "")) is not None and
                isinstance(p.get("age_ms"), int))
         c.eq("summary pending keys", sorted(p), sorted(
-            ["comm", "comm_name", "rank", "nranks", "func", "count", "bytes", "state", "age_ms"] +
+            ["comm", "comm_name", "rank", "nranks", "device", "func", "count", "bytes", "state",
+             "age_ms"] +
             (["seq"] if p.get("seq") is not None else [])))
     c.eq("summary pending: one hash per comm",
          len({p.get("comm") for p in pending}), 2)
     lines = [ln for ln in stderr.splitlines() if "pending" in ln or ln.startswith("gpuprof:     ")
              and " on comm " in ln]
     want = [r"gpuprof:   NCCL: 3 ops still pending at exit \(a hang\?\), oldest first:",
-            r"gpuprof:     AllReduce seq 2 on comm hang0 rank 0/2: launched, not finished, "
-            r"1048576 bytes, posted \d+ ms before exit",
-            r"gpuprof:     AllReduce seq 3 on comm hang0 rank 0/2: launched, not finished, "
-            r"8192 bytes, posted \d+ ms before exit",
-            r"gpuprof:     AllReduce on comm hang1 rank 0/2: not launched, 8192 bytes, posted \d+ "
-            r"ms before exit"]
+            r"gpuprof:     AllReduce seq 2 on comm hang0 rank 0/2 \(GPU 0\): launched, not "
+            r"finished, 1048576 bytes, posted \d+ ms before exit",
+            r"gpuprof:     AllReduce seq 3 on comm hang0 rank 0/2 \(GPU 0\): launched, not "
+            r"finished, 8192 bytes, posted \d+ ms before exit",
+            r"gpuprof:     AllReduce on comm hang1 rank 0/2 \(GPU 0\): not launched, 8192 bytes, "
+            r"posted \d+ ms before exit"]
     c.eq("exit summary: pending lines", len(lines), len(want))
     for ln, w in zip(lines, want):
         c.true(f"exit summary line {ln!r}", re.fullmatch(w, ln) is not None)
@@ -478,9 +480,9 @@ def check_hang_dev(c, pid, got, fmt, validator, proto, protoc):
     got = dict(got or {})
     pending = got.pop("pending", None) or []
     c.eq("summary nccl (but pending)", got, SUMMARY["hang_dev"])
-    c.eq("summary pending (comm_name, state)",
-         [(p.get("comm_name"), p.get("state")) for p in pending],
-         [("gpu1", "launched, not finished")])
+    c.eq("summary pending (comm_name, device, state)",
+         [(p.get("comm_name"), p.get("device"), p.get("state")) for p in pending],
+         [("gpu1", 1, "launched, not finished")])
     out = os.environ["GPUPROF_OUTPUT_DIR"]
     suffix = ".json" if fmt == "json" else ".pftrace"
     traces = glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture{suffix}"))
