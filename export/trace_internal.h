@@ -34,7 +34,9 @@ struct trace_gz;
 enum trace_out_mode {
   TRACE_OUT_PLAIN,   /* bytes as given */
   TRACE_OUT_GZIP,    /* one gzip stream, sync-flushed at every buffer */
-  TRACE_OUT_PACKETS, /* Trace packets; each buffer one compressed_packets packet (or as given) */
+  /* Trace packets; each buffer one compressed_packets packet (or as given). Each packet goes in
+   * with one trace_out_reserve (at most TRACE_EVENT_MAX bytes), so no chunk splits one. */
+  TRACE_OUT_PACKETS,
 };
 
 struct trace_out {

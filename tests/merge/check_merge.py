@@ -736,7 +736,7 @@ def scenario_fuzz(args):
         ps = list(packets)
         i = rnd.randrange(1, len(ps))
         b = bytearray(ps[i])
-        op = rnd.randrange(7)
+        op = rnd.randrange(8)
         if op == 0:  # bytes flipped inside a packet
             for _ in range(rnd.randrange(1, 4)):
                 b[rnd.randrange(len(b))] = rnd.randrange(256)
@@ -758,6 +758,13 @@ def scenario_fuzz(args):
         elif op == 5:  # the file cut anywhere
             data = b"".join(ps)
             return data[:rnd.randrange(1, len(data))]
+        elif op == 6:  # the packets from i on in a compressed chunk, its bytes damaged
+            z = bytearray(zlib.compress(b"".join(ps[i:]), 1))
+            for _ in range(rnd.randrange(1, 4)):
+                z[rnd.randrange(len(z))] = rnd.randrange(256)
+            if rnd.random() < 0.3:
+                z = z[:rnd.randrange(1, len(z))]
+            return b"".join(ps[:i]) + pf_packet(pb_msg(50, bytes(z)))
         else:  # a field of a huge declared length inside the packet
             body = pb_varint(11 << 3 | 2) + pb_varint(rnd.choice([1 << 31, 1 << 62, 300]))
             b = bytearray(pf_packet(body + bytes(rnd.randrange(256) for _ in range(8))))
