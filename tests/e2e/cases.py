@@ -410,8 +410,11 @@ def _(f, run, env):
     # ahead of the GPU and its records drop until the buffer's last kernel has run and the
     # worker returned it: drops are certain, their number is the simulator's business. Every
     # launch is either a kernel in the summary or a dropped record, counted once; nothing is
-    # lost in the agent. No other GPU record follows context creation (whose records fit in
-    # the first buffer), so the drops are all kernels.
+    # lost in the agent. No other GPU record follows context creation, whose records (2
+    # DEVICE, CONTEXT, STREAM) go into the first buffer, so the drops are all kernels. That
+    # needs GPUPROF_FLUSH_INTERVAL long: a periodic flush (at 1 ms) could take the only
+    # buffer between two of those records and drop the second (seen in about 1 of 75 runs on
+    # a loaded machine: kernels + drops = 20004).
     s = summary_header(f, run)
     if s is None:
         return
