@@ -204,13 +204,16 @@ static void *gz_main(void *arg)
   return NULL;
 }
 
-/* Waits until the job in flight is in the file; picks up its error. 0 or the sticky error. */
-static int gz_wait(struct trace_out *o)
+/* Waits until the job in flight is in the file; picks up its error. 0 or the sticky error;
+ * *waited (if given): whether a job was still in flight. */
+static int gz_wait(struct trace_out *o, int *waited)
 {
   struct trace_gz *gz = o->gz;
   int err;
 
   pthread_mutex_lock(&gz->lock);
+  if (waited)
+    *waited = gz->busy;
   while (gz->busy)
     pthread_cond_wait(&gz->done, &gz->lock);
   o->file_bytes = gz->bytes;
@@ -235,12 +238,7 @@ static int gz_submit(struct trace_out *o, int flush, int swap)
   char *job = o->buf;
   int behind = 0;
 
-  if (swap && o->packets && gz->started) {
-    pthread_mutex_lock(&gz->lock);
-    behind = gz->busy;
-    pthread_mutex_unlock(&gz->lock);
-  }
-  if (gz_wait(o))
+  if (gz_wait(o, &behind))
     return o->err;
   if (!gz->started) {
     uint64_t bytes = o->file_bytes;
@@ -257,14 +255,14 @@ static int gz_submit(struct trace_out *o, int flush, int swap)
   gz->job = job;
   gz->job_len = o->len;
   gz->job_flush = flush;
-  gz->job_store = behind;
+  gz->job_store = swap && o->packets && behind;
   gz->busy = 1;
   pthread_cond_signal(&gz->work);
   pthread_mutex_unlock(&gz->lock);
   gz->inflight = o->len;
   o->len = 0;
   if (!swap)
-    return gz_wait(o);
+    return gz_wait(o, NULL);
   o->buf = gz->spare;
   gz->spare = job;
   return 0;
@@ -367,7 +365,7 @@ int trace_out_flush(struct trace_out *o)
     /* A sync flush at every buffer keeps a killed capture readable with zcat up to here; it
      * costs a few bytes per 256 KiB. Packets: the buffer becomes a chunk of its own. */
     if (!o->len)
-      return gz_wait(o);
+      return gz_wait(o, NULL);
     return gz_submit(o, Z_SYNC_FLUSH, 0);
   }
   if (!o->len)
@@ -388,7 +386,7 @@ char *trace_out_reserve(struct trace_out *o, size_t n)
   if (o->gzip) {
     /* The compressor's error reaches the writer at its next event, not only at a flush. */
     if (__atomic_load_n(&o->gz->err, __ATOMIC_RELAXED)) {
-      gz_wait(o);
+      gz_wait(o, NULL);
       return NULL;
     }
     if (o->len + n > TRACE_OUT_BUF && gz_submit(o, Z_SYNC_FLUSH, 1))

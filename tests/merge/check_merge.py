@@ -477,19 +477,7 @@ def pf_event(seq=1, uuid=1, extra=b""):
 
 def pf_packets(data):
     """Splits a .pftrace into its packets' framed bytes."""
-    out, i = [], 0
-    while i < len(data):
-        j, n, shift = i + 1, 0, 0
-        while True:
-            b = data[j]
-            n |= (b & 0x7F) << shift
-            shift += 7
-            j += 1
-            if not b & 0x80:
-                break
-        out.append(data[i:j + n])
-        i = j + n
-    return out
+    return [framed for _, framed, _ in check_traces.split_packets(data, "pftrace")]
 
 
 def plain_pftrace(path):

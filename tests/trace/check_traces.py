@@ -312,8 +312,8 @@ def read_varint(data, i):
 
 
 def split_packets(data, where):
-    """A Trace's bytes -> [(offset, packet bytes)]: every field must be packet (1, bytes) and
-    the data must end on a whole packet."""
+    """A Trace's bytes -> [(offset, framed packet, packet bytes)]: every field must be packet
+    (1, bytes) and the data must end on a whole packet."""
     out, i = [], 0
     while i < len(data):
         if data[i] != 0x0A:
@@ -321,7 +321,7 @@ def split_packets(data, where):
         n, j = read_varint(data, i + 1)
         if j + n > len(data):
             raise ValueError(f"{where}: the packet at byte {i} ends past the data")
-        out.append((i, data[j:j + n]))
+        out.append((i, data[i:j + n], data[j:j + n]))
         i = j + n
     return out
 
@@ -333,9 +333,9 @@ def inflate_pftrace(data, where, stats=None):
     field and nothing else, inflates completely with nothing after the stream, holds whole
     packets and no chunk inside. stats, if given, counts "chunks" and "plain" packets."""
     out = bytearray()
-    for off, pkt in split_packets(data, where):
+    for off, framed, pkt in split_packets(data, where):
         if pkt[:2] != b"\x92\x03":
-            out += b"\x0a" + encode_varint(len(pkt)) + pkt
+            out += framed
             if stats is not None:
                 stats["plain"] = stats.get("plain", 0) + 1
             continue
@@ -346,7 +346,7 @@ def inflate_pftrace(data, where, stats=None):
         inner = d.decompress(pkt[j:])
         if not d.eof or d.unused_data:
             raise ValueError(f"{where}: the chunk at byte {off} is not one whole zlib stream")
-        for ioff, ipkt in split_packets(inner, f"{where}: chunk at byte {off}"):
+        for _, _, ipkt in split_packets(inner, f"{where}: chunk at byte {off}"):
             if ipkt[:2] == b"\x92\x03":
                 raise ValueError(f"{where}: a chunk inside the chunk at byte {off}")
         out += inner

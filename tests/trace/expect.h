@@ -17,15 +17,17 @@ static int failures;
   } while (0)
 
 /*
- * Runs child(path, arg) in a forked child (for a process-wide setting such as a file size
+ * Runs child(DIR/name, arg) in a forked child (for a process-wide setting such as a file size
  * limit) and expects it to exit 0; a non-zero status, the check that failed there, is printed.
  */
 static inline void expect_child_ok(const char *what, int (*child)(const char *, unsigned char *),
-                                   const char *path, unsigned char *arg)
+                                   const char *dir, const char *name, unsigned char *arg)
 {
+  char path[4096];
   pid_t pid;
   int status = 0;
 
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
   fflush(NULL);
   pid = fork();
   if (pid == 0)

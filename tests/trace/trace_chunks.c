@@ -302,14 +302,6 @@ static int failed_write_child(const char *path, unsigned char *back)
   return 0;
 }
 
-static void failed_write(const char *dir, unsigned char *back)
-{
-  char path[4096];
-
-  snprintf(path, sizeof(path), "%s/wfail.pftrace", dir);
-  expect_child_ok("failed_write", failed_write_child, path, back);
-}
-
 int main(int argc, char **argv)
 {
   unsigned char *back;
@@ -325,7 +317,7 @@ int main(int argc, char **argv)
     return 2;
   roundtrip(argv[1], back);
   behind(argv[1], back);
-  failed_write(argv[1], back);
+  expect_child_ok("failed_write", failed_write_child, argv[1], "wfail.pftrace", back);
   free(data);
   free(back);
   if (failures)

@@ -243,14 +243,6 @@ static int failed_write_child(const char *path, unsigned char *back)
   return 0;
 }
 
-static void failed_write(const char *dir, unsigned char *back)
-{
-  char path[4096];
-
-  snprintf(path, sizeof(path), "%s/wfail.json.gz", dir);
-  expect_child_ok("failed_write", failed_write_child, path, back);
-}
-
 int main(int argc, char **argv)
 {
   unsigned char *back;
@@ -266,7 +258,7 @@ int main(int argc, char **argv)
     return 2;
   clean_close(argv[1], back);
   failed_open(argv[1]);
-  failed_write(argv[1], back);
+  expect_child_ok("failed_write", failed_write_child, argv[1], "wfail.json.gz", back);
   free(data);
   free(back);
   if (failures)
