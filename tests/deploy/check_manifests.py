@@ -64,13 +64,15 @@ def mount_path(container, volume):
     return None
 
 
+def dockerfile_lines(text):
+    """A Dockerfile's instructions, one per line: continuations joined, comments dropped."""
+    return [raw.strip() for raw in re.sub(r"\\\n", " ", text).splitlines()
+            if raw.strip() and not raw.lstrip().startswith("#")]
+
+
 def dockerfile_facts():
     """What the final stage ships: (payload dir in the image, lib dir, bin dir)."""
-    text = read("samples/kubernetes/Dockerfile")
-    lines = []
-    for raw in re.sub(r"\\\n", " ", text).splitlines():
-        if raw.strip() and not raw.lstrip().startswith("#"):
-            lines.append(raw.strip())
+    lines = dockerfile_lines(read("samples/kubernetes/Dockerfile"))
     froms = [l for l in lines if l.upper().startswith("FROM ")]
     check(len(froms) >= 2, "Dockerfile: multi-stage (at least two FROM lines)")
     args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", "\n".join(lines), re.M))
