@@ -130,21 +130,24 @@ static struct nccl_comm_slot *comm_same(uint64_t hash, const char *name, int nno
   return NULL;
 }
 
+static void comm_note_device(struct nccl_comm_slot *s, int32_t device);
+
 struct nccl_comm_slot *nccl_comm_add(uint64_t hash, const char *name, int nnodes, int nranks,
-                                     int rank)
+                                     int rank, int32_t device)
 {
   struct nccl_comm_slot *s = comm_same(hash, name, nnodes, nranks, rank);
 
   /* A re-init of a communicator this process had (destroyed, then created again from the same
    * unique id): its entry, so that re-inits cannot use up the table. */
+  if (!s) {
+    s = comm_fill(hash, name, nnodes, nranks, rank);
+    if (s)
+      ADD(comms, 1);
+    else
+      ADD(comms_dropped, 1);
+  }
   if (s)
-    return s;
-  s = comm_fill(hash, name, nnodes, nranks, rank);
-
-  if (s)
-    ADD(comms, 1);
-  else
-    ADD(comms_dropped, 1);
+    comm_note_device(s, device);
   return s;
 }
 
@@ -156,7 +159,7 @@ struct nccl_comm_slot *nccl_comm_find_or_add(uint64_t hash, const char *name)
     if (atomic_load_explicit(&comms[i].used, memory_order_acquire) && comms[i].c.hash == hash)
       return &comms[i];
   /* Two threads may add the same v3 communicator at once: two entries, same labels. */
-  return nccl_comm_add(hash, name, 0, 0, 0);
+  return nccl_comm_add(hash, name, 0, 0, 0, -1);
 }
 
 const struct nccl_comm *nccl_comm_get(uint32_t index)
@@ -606,10 +609,12 @@ void *nccl_launch_start(struct nccl_comm_slot *c)
 /*
  * Per communicator (any thread reads): the latest API start of an op that finished (the worker
  * writes; NCCL runs a communicator's ops in order, so an op posted before it finished too, even
- * if its record was lost), and the device its kernels run on + 1 (the launching thread writes:
- * the plugin is not told a communicator's device, its launches' context tells it before any
- * kernel finished, which a hung collective's never does; the worker writes it again from the
- * kernel records).
+ * if its record was lost), and the device its kernels run on + 1. The plugin is not told a
+ * communicator's device: its init writes the device current on the initializing thread (NCCL's
+ * ncclCommInitRankFunc sets the communicator's device first), for a communicator that never
+ * launches anything (a collective stuck in an unended group); the launching thread writes the
+ * device of its launches' context, before any kernel finished, which a hung collective's never
+ * does; the worker writes it again from the kernel records.
  */
 static _Atomic uint64_t comm_done_posted[NCCL_MAX_COMMS];
 static _Atomic uint32_t comm_dev1[NCCL_MAX_COMMS];
@@ -621,6 +626,16 @@ static void comm_set_device(uint32_t comm, int32_t device)
     return;
   atomic_store_explicit(&comm_dev1[comm], (uint32_t)device + 1, memory_order_relaxed);
   atomic_store_explicit(&any_dev1, (uint32_t)device + 1, memory_order_relaxed);
+}
+
+/* The device a communicator was created on: its own only (any_dev1 stays the device of the
+ * last launch, the guess for communicators that say nothing). */
+static void comm_note_device(struct nccl_comm_slot *s, int32_t device)
+{
+  uint32_t comm = (uint32_t)(s - comms);
+
+  if (device >= 0 && comm < NCCL_MAX_COMMS)
+    atomic_store_explicit(&comm_dev1[comm], (uint32_t)device + 1, memory_order_relaxed);
 }
 
 /* The pending ops of comm (index + 1, 0: any) go to launch corr, on device. */

@@ -115,10 +115,11 @@ void nccl_set_tracing(int on);
 
 /* A communicator; NULL when the table is full (counted). The same communicator initialised
  * again (hash, rank, size and name equal: a comm destroyed and re-created from the same unique
- * id) gets its old entry back. Not a hot path. */
+ * id) gets its old entry back. device: its GPU when known (-1: not), the thread's current one
+ * in the plugin's init (NCCL sets the communicator's device before it). Not a hot path. */
 struct nccl_comm_slot;
 struct nccl_comm_slot *nccl_comm_add(uint64_t hash, const char *name, int nnodes, int nranks,
-                                     int rank);
+                                     int rank, int32_t device);
 /* v3 descriptors name their communicator in every event: found or added by hash. */
 struct nccl_comm_slot *nccl_comm_find_or_add(uint64_t hash, const char *name);
 /* The plugin's finalize (ncclCommDestroy, ncclCommAbort) with its context (any plugin version's:

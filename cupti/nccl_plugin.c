@@ -14,6 +14,7 @@
 #include "agent/util/export.h"
 #include "agent/util/guard.h"
 #include "agent/util/log.h"
+#include "cupti/loader.h"
 
 /*
  * NCCL dlopens NCCL_PROFILER_PLUGIN and looks up the data symbols ncclProfiler_v5,
@@ -245,12 +246,17 @@ static ncclResult_t init_comm(void **context, int *mask, uint64_t hash, const ch
                               int nnodes, int nranks, int rank, int legacy)
 {
   int saved;
+  uint32_t dev;
 
   if (context)
     *context = NULL;
   if (!context || !mask || !plugin_usable(mask) || !guard_enter(&saved))
     return ncclSuccess;
-  *context = nccl_comm_add(hash, name, nnodes, nranks, rank);
+  /* NCCL made the communicator's device current on this thread (cudaSetDevice at the start of
+   * ncclCommInitRankFunc, whose initTransportsRank calls this init). */
+  if (!cupti_fn.GetDeviceId || cupti_fn.GetDeviceId(NULL, &dev) != CUPTI_SUCCESS)
+    dev = UINT32_MAX;
+  *context = nccl_comm_add(hash, name, nnodes, nranks, rank, dev == UINT32_MAX ? -1 : (int32_t)dev);
   /* Even for a communicator the table has no room for (its events come with a NULL context
    * and are ignored): the mask is one int for the whole process, and 0 here would switch off
    * the events of every other communicator. */

@@ -475,14 +475,22 @@ SUMMARY["hang_dev"] = {"comms": 2, "comms_dropped": 0, "ops": 2, "ops_joined": 1
                        "funcs": {"AllReduce": {"ops": 1, "bytes": 4000, "gpu_time_ns": 50000}}}
 
 
-def check_hang_dev(c, pid, got, fmt, validator, proto, protoc):
-    """Each comm's ops on the GPU its kernels were launched on: gpu1's pending op on GPU 1."""
+# hang_idle: the same, but idle1's AllReduce (device 1) is posted in a group never ended: its
+# group has the GroupApi event (ignored) but no Group event, which starts at ncclGroupEnd.
+SUMMARY["hang_idle"] = dict(SUMMARY["hang_dev"], ignored_events=3)
+
+
+def check_hang_dev(c, pid, got, fmt, validator, proto, protoc, case):
+    """Each comm's ops on its GPU: the second comm's pending op on GPU 1 (hang_dev: known from
+    its launch; hang_idle: it never launched, from its init)."""
+    second, state = (("idle1", "not launched") if case == "hang_idle" else
+                     ("gpu1", "launched, not finished"))
     got = dict(got or {})
     pending = got.pop("pending", None) or []
-    c.eq("summary nccl (but pending)", got, SUMMARY["hang_dev"])
+    c.eq("summary nccl (but pending)", got, SUMMARY[case])
     c.eq("summary pending (comm_name, device, state)",
          [(p.get("comm_name"), p.get("device"), p.get("state")) for p in pending],
-         [("gpu1", 1, "launched, not finished")])
+         [(second, 1, state)])
     out = os.environ["GPUPROF_OUTPUT_DIR"]
     suffix = ".json" if fmt == "json" else ".pftrace"
     traces = glob.glob(os.path.join(out, f"gpuprof-*-{pid}-*-capture{suffix}"))
@@ -499,7 +507,7 @@ def check_hang_dev(c, pid, got, fmt, validator, proto, protoc):
     ops = [(x[0], where(x), x[4].get("state")) for x in sl if x[0].startswith("NCCL comm")]
     c.eq("NCCL ops: (track, GPU, state)", sorted(ops, key=lambda o: o[0]),
          [("NCCL comm gpu0 rank 0/2", "GPU 0", None),
-          ("NCCL comm gpu1 rank 0/2", "GPU 1", "launched, not finished")])
+          (f"NCCL comm {second} rank 0/2", "GPU 1", state)])
 
 
 def check_hang(c, pid, fmt, validator, proto, protoc, hashes):
@@ -711,7 +719,8 @@ def main():
     proc.stdout, proc.stderr = proc.communicate(timeout=120)
     sys.stderr.write(proc.stderr)
     c.eq("exit status", proc.returncode, 0)
-    api = a.case in ("api", "initall", "ondemand", "span", "hang", "hang_abort", "hang_dev")
+    api = a.case in ("api", "initall", "ondemand", "span", "hang", "hang_abort", "hang_dev",
+                     "hang_idle")
     done = "nccl_api_e2e: done" if api else f"nccl_plugin_sim {a.case}: done"
     c.true(f"the program finished ({proc.stdout!r})", done in proc.stdout)
     if not api:
@@ -741,9 +750,9 @@ def main():
              [(p.get("comm_name"), p.get("func"), p.get("seq"), p.get("state"))
               for p in pending], [("hang1", "AllReduce", None, "not launched")])
         return c.exit_status("check_nccl hang_abort")
-    if a.case == "hang_dev":
-        check_hang_dev(c, proc.pid, got, a.format, a.validator, a.proto, a.protoc)
-        return c.exit_status(f"check_nccl hang_dev {a.format}")
+    if a.case in ("hang_dev", "hang_idle"):
+        check_hang_dev(c, proc.pid, got, a.format, a.validator, a.proto, a.protoc, a.case)
+        return c.exit_status(f"check_nccl {a.case} {a.format}")
     if a.case == "hang":
         hashes = check_hang_summary(c, got, proc.stderr)
         check_pprof(c, a.case, proc.pid)

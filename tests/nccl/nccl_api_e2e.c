@@ -3,7 +3,8 @@
  * Modes: api (that), initall (the two comms of one ncclCommInitAll driven in one group from
  * one thread, as samples/nccl_allreduce.cu), ondemand (the same calls inside and outside
  * captures, one of them GPU-only), span (a group that outlives its capture), hang (collectives
- * that never finish, see hang()), hang_dev (a hung first collective on the second device). */
+ * that never finish, see hang()), hang_dev (a hung first collective on the second device),
+ * hang_idle (a collective of a comm that never launched, on the second device). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -204,10 +205,13 @@ static int hang(int abort_comm)
  * device 1 launches its first AllReduce, whose kernel never finishes, and the program exits.
  * No kernel of gpu1 ever finished, so only its launch tells the agent its device: the pending
  * op must be drawn on GPU 1, not on the device some other comm's kernels ran on.
+ * hang_idle: the second comm ("idle1", device 1) never launches anything: its first AllReduce
+ * is posted in a group that never ends. Only its init (with device 1 current, as NCCL makes
+ * it) can tell the agent its device; the last launch any comm made was on device 0.
  */
 static ncclComm_t dev_comm[2]; /* never destroyed (a hung job) */
 
-static int hang_dev(void)
+static int hang_dev(int idle)
 {
   CUcontext ctx[2];
   CUstream st[2];
@@ -219,7 +223,7 @@ static int hang_dev(void)
     CUdevice dev;
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.commName = i ? "gpu1" : "gpu0";
+    cfg.commName = i ? (idle ? "idle1" : "gpu1") : "gpu0";
     CU(cuDeviceGet(&dev, i));
     CU(cuDevicePrimaryCtxRetain(&ctx[i], dev));
     CU(cuCtxSetCurrent(ctx[i]));
@@ -236,10 +240,12 @@ static int hang_dev(void)
   usleep(200000); /* the periodic flush delivers gpu0's kernel */
   fakegpu_set_kernel_duration_ns(K_AR_F32, 1000000000000ull);
   CU(cuCtxSetCurrent(ctx[1]));
+  if (idle)
+    NC(ncclGroupStart());
   NC(ncclAllReduce((void *)a[1], (void *)b[1], 2000, ncclFloat32, ncclSum, dev_comm[1],
                    (cudaStream_t)st[1]));
   printf("nccl_api_e2e: done\n");
-  return 0;
+  return 0; /* hang_idle: no ncclGroupEnd */
 }
 
 int main(int argc, char **argv)
@@ -254,8 +260,8 @@ int main(int argc, char **argv)
 
   if (!strcmp(mode, "initall"))
     return initall();
-  if (!strcmp(mode, "hang_dev"))
-    return hang_dev();
+  if (!strcmp(mode, "hang_dev") || !strcmp(mode, "hang_idle"))
+    return hang_dev(!strcmp(mode, "hang_idle"));
   if (!strcmp(mode, "hang") || !strcmp(mode, "hang_abort"))
     return hang(!strcmp(mode, "hang_abort"));
   CU(cuInit(0));

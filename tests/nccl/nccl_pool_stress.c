@@ -166,7 +166,7 @@ static void test_pool_stress(void)
   uint64_t at;
   unsigned npend;
 
-  comm = nccl_comm_add(0x1234, "stress", 1, 2, 0);
+  comm = nccl_comm_add(0x1234, "stress", 1, 2, 0, -1);
   CHECK(comm != NULL);
   nccl_set_tracing(1);
   pthread_create(&w, NULL, worker, NULL);
@@ -204,7 +204,7 @@ static void test_pool_stress(void)
  * released at the TTL like any unjoined op; the communicator re-created can hang again. */
 static void test_comm_finalize(void)
 {
-  struct nccl_comm_slot *c = nccl_comm_add(0x5678, "aborted", 1, 2, 0), *again;
+  struct nccl_comm_slot *c = nccl_comm_add(0x5678, "aborted", 1, 2, 0, -1), *again;
   struct nccl_op_desc d = {
       .func = "AllReduce", .datatype = "ncclFloat32", .count = 7, .root = -1, .peer = -1};
   struct nccl_op_desc t = {.func = "AllReduce",
@@ -246,7 +246,7 @@ static void test_comm_finalize(void)
   nccl_get_stats(&st1);
   CHECK_EQ(st1.ops_unjoined - st0.ops_unjoined, 1);
   /* Re-created from the same unique id: the same entry; an op posted now may pend again. */
-  again = nccl_comm_add(0x5678, "aborted", 1, 2, 0);
+  again = nccl_comm_add(0x5678, "aborted", 1, 2, 0, -1);
   CHECK(again == c);
   api = nccl_api_start(again, &d);
   nccl_handle_stop(api);

@@ -319,6 +319,22 @@ FGN_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
   return ncclSuccess;
 }
 
+/* ncclCommInitRankFunc: cudaSetDevice(cudaDev) first, so the profiler plugin's init (from
+ * initTransportsRank) runs with the communicator's device current. The job's thread is the
+ * caller's for a single init, whose device is the communicator's already (restored after). */
+static void init_job(struct ncclComm *c)
+{
+  CUcontext saved = NULL;
+  fakegpu_internal_begin();
+  cuCtxGetCurrent(&saved);
+  cuCtxSetCurrent(c->ctx);
+  fakegpu_internal_end();
+  fgn_plugin_init(c);
+  fakegpu_internal_begin();
+  cuCtxSetCurrent(saved);
+  fakegpu_internal_end();
+}
+
 static struct ncclComm *comm_new(int nranks, int rank, int dev, const ncclUniqueId *id,
                                  const char *name)
 {
@@ -375,7 +391,7 @@ static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, ncclUniqueId id, 
   if (!c)
     return ncclSystemError;
   /* A single init job runs on the calling thread (group.cc asyncJobLaunch). */
-  fgn_plugin_init(c);
+  init_job(c);
   *newcomm = c;
   return ncclSuccess;
 }
@@ -397,7 +413,7 @@ FGN_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUn
 
 static void *init_thread(void *arg)
 {
-  fgn_plugin_init(arg);
+  init_job(arg);
   return NULL;
 }
 
@@ -443,7 +459,7 @@ FGN_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *dev
     if (ndev > 1 && i < 64 && pthread_create(&threads[i], NULL, init_thread, comms[i]) == 0)
       started = i + 1;
     else
-      fgn_plugin_init(comms[i]);
+      init_job(comms[i]);
   }
   for (int i = 0; i < started; i++)
     pthread_join(threads[i], NULL);

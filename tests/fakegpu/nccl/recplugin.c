@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "tests/fakegpu/fakegpu.h"
 #include "tests/fakegpu/nccl/profiler_abi.h"
 
 /*
@@ -17,7 +18,8 @@
  * Environment: REC_MASK (mask written at init, default 0xf07: GroupApi, CollApi, P2pApi,
  * KernelLaunch, Group, Coll, P2p), REC_INIT_FAIL=R (init of the comm of rank R fails, leaving
  * *context NULL). Handles are labelled h1, h2, ... in start order; contexts c<rank> (v3, which
- * is not told the rank: c<n> in init order). No memory is allocated per event.
+ * is not told the rank: c<n> in init order). Init lines name the thread and the device current
+ * on it (dev=-1: none). No memory is allocated per event.
  */
 
 #define REC_EXPORT __attribute__((visibility("default")))
@@ -118,15 +120,27 @@ static int env_int(const char *name, int dflt)
   return v && *v ? (int)strtol(v, NULL, 0) : dflt;
 }
 
+/* The device current on this thread (NCCL sets the communicator's before the init). */
+static int current_device(void)
+{
+  CUdevice dev = -1;
+  fakegpu_internal_begin(); /* not an application call */
+  if (cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+    dev = -1;
+  fakegpu_internal_end();
+  return (int)dev;
+}
+
 static ncclResult_t common_init(void **context, int *mask, int rank, const char *head)
 {
+  int dev = current_device();
   pthread_mutex_lock(&g_lock);
   g_mask = mask;
   *mask = env_int("REC_MASK", 0xf07);
   bool main_thread = syscall(SYS_gettid) == getpid();
   if (rank >= 0 && rank == env_int("REC_INIT_FAIL", -1)) {
     *context = NULL;
-    logf_locked("%s -> fail thread=%s", head, main_thread ? "main" : "other");
+    logf_locked("%s -> fail thread=%s dev=%d", head, main_thread ? "main" : "other", dev);
     pthread_mutex_unlock(&g_lock);
     return ncclInternalError;
   }
@@ -137,7 +151,7 @@ static ncclResult_t common_init(void **context, int *mask, int rank, const char 
     snprintf(c->label, sizeof(c->label), "c%d", g_nctx);
   g_nctx++;
   *context = c;
-  logf_locked("%s -> %s thread=%s", head, c->label, main_thread ? "main" : "other");
+  logf_locked("%s -> %s thread=%s dev=%d", head, c->label, main_thread ? "main" : "other", dev);
   pthread_mutex_unlock(&g_lock);
   return ncclSuccess;
 }

@@ -300,8 +300,8 @@ static void scenario_main(void)
   if (p)
     snprintf(hash, sizeof(hash), "%.16s", p + 5);
   CHECK(strlen(hash) == 16 && strcmp(hash, "0000000000000000") != 0, "hash in %s", got);
-  ex("init v5 hash=%s name=NULL nNodes=1 nranks=2 rank=0 logfn=set -> c0 thread=other", hash);
-  ex("init v5 hash=%s name=NULL nNodes=1 nranks=2 rank=1 logfn=set -> c1 thread=other", hash);
+  ex("init v5 hash=%s name=NULL nNodes=1 nranks=2 rank=0 logfn=set -> c0 thread=other dev=0", hash);
+  ex("init v5 hash=%s name=NULL nNodes=1 nranks=2 rank=1 logfn=set -> c1 thread=other dev=1", hash);
   /* check_log_unordered reads the log again: put back what was taken. */
   rec_note(strtok(got, "\n"));
   rec_note(strtok(NULL, "\n"));
@@ -527,10 +527,11 @@ static void scenario_v4(void)
   CHECK(dev == 1, "device %d", dev);
   uint64_t h = djb2a(&id);
   /* v4's init takes the mask before commName and commHash, and runs on the caller's thread. */
-  ex("init v4 hash=%016" PRIx64 " name=NULL nNodes=1 nranks=2 rank=0 logfn=set -> c0 thread=main",
+  ex("init v4 hash=%016" PRIx64 " name=NULL nNodes=1 nranks=2 rank=0 logfn=set -> c0 thread=main "
+     "dev=0",
      h);
   ex("init v4 hash=%016" PRIx64 " name=trainer nNodes=1 nranks=2 rank=1 logfn=set -> c1 "
-     "thread=main",
+     "thread=main dev=1",
      h);
   check_log("v4 init");
   /* The adapter drops GroupApi/CollApi/P2pApi/KernelLaunch and the group states; a v4 Coll's
@@ -563,7 +564,7 @@ static void scenario_v3(void)
   ncclComm_t c0;
   NCCL_OK(ncclCommInitRank(&c0, 2, id, 0));
   NCCL_OK(ncclReduce(SB(0), RB(0), 64, ncclInt32, ncclMax, 1, c0, S(0)));
-  ex("init v3 -> c0 thread=main");
+  ex("init v3 -> c0 thread=main dev=0");
   /* Max is not specialized: the kernel is still the Sum one for its type (u32 for int32). */
   ex("cupti 652 _Z36ncclDevKernel_Reduce_Sum_u32_RING_LL24ncclDevKernelArgsStorageILm4096EE");
   ex("start c0 h1 Group parent=NULL rank=0");
@@ -582,8 +583,8 @@ static void scenario_initfail(void)
   NCCL_OK(ncclCommInitAll(comms, 2, NULL));
   static char got[8192];
   rec_take(got, sizeof(got));
-  CHECK(strstr(got, "rank=1 logfn=set -> fail thread=other") != NULL, "init lines %s", got);
-  CHECK(strstr(got, "rank=0 logfn=set -> c0 thread=other") != NULL, "init lines %s", got);
+  CHECK(strstr(got, "rank=1 logfn=set -> fail thread=other dev=1") != NULL, "init lines %s", got);
+  CHECK(strstr(got, "rank=0 logfn=set -> c0 thread=other dev=0") != NULL, "init lines %s", got);
   /* NCCL 2.28.9 only logs the failed init: rank 1's events keep coming, with the context the
    * plugin left (NULL). */
   NCCL_OK(ncclAllReduce(SB(1), RB(1), 1024, ncclFloat32, ncclSum, comms[1], S(1)));
@@ -604,7 +605,8 @@ static void scenario_onerank(void)
   NCCL_OK(ncclGetUniqueId(&id));
   ncclComm_t c;
   NCCL_OK(ncclCommInitRank(&c, 1, id, 0));
-  ex("init v5 hash=%016" PRIx64 " name=NULL nNodes=1 nranks=1 rank=0 logfn=set -> c0 thread=main",
+  ex("init v5 hash=%016" PRIx64 " name=NULL nNodes=1 nranks=1 rank=0 logfn=set -> c0 thread=main "
+     "dev=0",
      djb2a(&id));
   check_log("one-rank init");
   float in[256], out[256];
@@ -713,7 +715,7 @@ static void scenario_bare(void)
   NCCL_OK(ncclCommInitAll(comms, 2, NULL));
   static char got[8192];
   rec_take(got, sizeof(got));
-  CHECK(strstr(got, "init v5 ") && strstr(got, "rank=1 logfn=set -> c1 thread=other"),
+  CHECK(strstr(got, "init v5 ") && strstr(got, "rank=1 logfn=set -> c1 thread=other dev=1"),
         "libnccl-profiler-<name>.so not loaded: %s", got);
   small_workload(comms);
   rec_take(got, sizeof(got));
