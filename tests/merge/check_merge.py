@@ -180,6 +180,13 @@ def check_pf_merge(args, merged, inputs):
         check(False, "protoc not found: install protobuf-compiler")
         return None
     mtracks, got_s, got_f, instants = pf_content(merged, args)
+    # merge writes its packets in deflated chunks, as the agent does (cli/merge.c chunk_flush):
+    # every packet of these inputs is far below a chunk, so none stands outside one.
+    layout = {}
+    with open(merged, "rb") as f:
+        check_traces.inflate_pftrace(f.read(), merged, layout)
+    check(layout.get("chunks") and not layout.get("plain"),
+          "%s: chunks and plain packets %s, expected deflated chunks only" % (merged, layout))
     want_s, want_f = collections.Counter(), {}
     pids = {}
     for k, path in enumerate(inputs):
