@@ -31,7 +31,8 @@ run from the agent image (its own root: the Dockerfile's /opt/gpuprof and PATH, 
 volume mounted, its own PID namespace), captures the workload; the .pftrace it names decodes
 with the workload's kernels on it.
 
-Skips (exit 77) unless run as root: chroot, mounts and the pod's uid need it.
+Skips (exit 77) unless run as root where PID and mount namespaces are permitted: the chroot,
+the mounts and the pod's uid need them.
 """
 import argparse
 import glob
@@ -362,6 +363,7 @@ def self_test(argv):
             print(f"{'ok' if caught else 'FAIL'}: self-test: {name}: {old!r} -> {new!r} "
                   f"{'caught' if caught else 'NOT caught'} (exit {r.returncode})")
             bad += not caught
+    shutil.rmtree(argv[argv.index("--work") + 1], ignore_errors=True)  # the broken runs' copies
     return 1 if bad else 0
 
 
@@ -374,10 +376,16 @@ def main():
     if os.geteuid() != 0:
         print("SKIP: needs root (chroot, mounts, the pod's runAsUser)")
         return 77
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(os.path.join(a.work, "probe"))
+    probe = subprocess.run([tool("unshare"), "--fork", "--pid", "--mount", "/bin/sh", "-c",
+                            f"{tool('mount')} -t proc proc {shlex.quote(a.work)}/probe"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"SKIP: PID and mount namespaces are not permitted here: {probe.stderr.strip()}")
+        return 77
     if a.self_test:
         return self_test(sys.argv[1:])
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
 
     payload = bundle(a, a.work)
     own, cli_own = check_bundle(payload)
