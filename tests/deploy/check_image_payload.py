@@ -52,7 +52,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pyroscope"))
 sys.path.insert(0, os.path.join(HERE, "..", "trace"))
 import check_traces  # noqa: E402
-from check_manifests import dockerfile_lines  # noqa: E402
+from check_manifests import break_copy, dockerfile_lines  # noqa: E402
+from check_traces import check, failures  # noqa: E402  (one list: the trace checks' too)
 from test_pyroscope import Receiver  # noqa: E402
 
 # What every workload image has, so the bundle leaves it out (docs/KUBERNETES.md): glibc's
@@ -62,15 +63,6 @@ IMAGE_HAS = re.compile(r"/(ld-linux[^/]*|lib(c|m|dl|pthread|rt|resolv|stdc\+\+|g
 # Downward-API values the kubelet would fill in.
 FIELD_REFS = {"metadata.name": "cuda-workload-0", "metadata.namespace": "ml",
               "spec.nodeName": "gpu-node-7"}
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", file=sys.stderr)
-    return cond
-
 
 def sh(script, what):
     r = subprocess.run(["/bin/sh", "-e", "-c", script], capture_output=True, text=True, timeout=120)
@@ -348,13 +340,9 @@ def self_test(argv):
     for name, old, new in BREAKS:
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(os.path.join(src, "samples"), os.path.join(tmp, "samples"))
-            path = os.path.join(tmp, "samples/kubernetes", name)
-            text = open(path).read()
-            if old not in text:
-                print(f"FAIL: self-test: {name} no longer contains {old!r}")
+            if not break_copy(os.path.join(tmp, "samples/kubernetes", name), old, new):
                 bad += 1
                 continue
-            open(path, "w").write(text.replace(old, new, 1))
             args = [x for x in argv if x != "--self-test"]
             args[args.index("--root") + 1] = tmp
             r = subprocess.run([sys.executable, os.path.abspath(__file__), *args],
@@ -433,9 +421,8 @@ def main():
             continuous(a, spec, root, volume, mount, own, base.stdout)
         else:
             sidecar(a, spec, root, image, volume, mount, own)
-        if failures or check_traces.failures:
+        if failures:
             break  # the sidecar would wait for an agent that did not start
-    failures.extend(check_traces.failures)  # printed where they were found
     if failures:
         print(f"check_image_payload: {len(failures)} checks failed")
         return 1

@@ -288,6 +288,17 @@ def check_prune(name, container):
               f"left {got})")
 
 
+def break_copy(path, old, new):
+    """A self-test's break: the first old in the copy at path becomes new; False (and a FAIL
+    line) when the file no longer holds old."""
+    text = open(path).read()
+    if old not in text:
+        print(f"FAIL: self-test: {path} no longer contains {old!r}")
+        return False
+    open(path, "w").write(text.replace(old, new, 1))
+    return True
+
+
 def self_test():
     """Breaks copies of the files one way at a time; each break must be caught."""
     import shutil
@@ -311,13 +322,9 @@ def self_test():
             for f in ("CMakeLists.txt", "scripts/install-deps.sh"):
                 os.makedirs(os.path.dirname(os.path.join(tmp, f)) or tmp, exist_ok=True)
                 shutil.copy(os.path.join(ROOT, f), os.path.join(tmp, f))
-            target = os.path.join(tmp, rel)
-            text = open(target).read()
-            if old not in text:
-                print(f"FAIL: self-test: {rel} no longer contains {old!r}")
+            if not break_copy(os.path.join(tmp, rel), old, new):
                 bad += 1
                 continue
-            open(target, "w").write(text.replace(old, new, 1))
             r = subprocess.run([sys.executable, os.path.abspath(__file__), tmp],
                                capture_output=True, text=True)
             caught = r.returncode == 1 and "FAIL:" in r.stdout
