@@ -2,7 +2,9 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -62,6 +64,8 @@ static __thread struct slot *t_slot;
 static int g_shared_requesting;
 static pthread_cond_t g_shared_cv = PTHREAD_COND_INITIALIZER;
 static __thread int t_requesting;
+/* Inside the client's completion callback on this thread (deliver). */
+static __thread int t_completing;
 
 static _Atomic(CUpti_BuffersCallbackRequestFunc) g_request;
 static _Atomic(CUpti_BuffersCallbackCompleteFunc) g_complete;
@@ -472,6 +476,38 @@ CU_API CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context,
   return CUPTI_SUCCESS;
 }
 
+/* ---- rules the real library enforces by deadlocking ---- */
+
+void cu_fatal(const char *fmt, ...)
+{
+  char buf[768];
+  int n = snprintf(buf, sizeof(buf), "fakegpu: FATAL: ");
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (m < 0)
+    m = 0;
+  n += m < (int)(sizeof(buf) - (size_t)n - 1) ? m : (int)(sizeof(buf) - (size_t)n - 2);
+  buf[n++] = '\n';
+  ssize_t w = write(2, buf, (size_t)n);
+  (void)w;
+  abort();
+}
+
+void cu_check_deadlock_site(const char *call, int flush)
+{
+  if (t_completing)
+    cu_fatal("%s called from inside the buffer completion callback: the real CUPTI "
+             "deadlocks there (cupti.md 2.5, 6.2)", call);
+  if (t_requesting)
+    cu_fatal("%s called from inside the buffer request callback: the real CUPTI "
+             "deadlocks there (cupti.md 2.5, 6.2)", call);
+  if (flush && cu_in_stream_destroy_callback())
+    cu_fatal("%s called from inside a CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING callback: "
+             "the real CUPTI deadlocks there (cupti.md 2.5, 6.2)", call);
+}
+
 /* ---- buffers ---- */
 
 static size_t reserve(void) { return cu_fault.unknown_kind ? UNKNOWN_KIND_BYTES : 0; }
@@ -554,7 +590,11 @@ static struct buf *request_buffer(size_t need)
   uint8_t *p = NULL;
   size_t size = 0, maxrec = 0;
   uint64_t t0 = cu_now();
+  if (cu_drv && cu_drv->client_code)
+    cu_drv->client_code(1);
   req(&p, &size, &maxrec);
+  if (cu_drv && cu_drv->client_code)
+    cu_drv->client_code(0);
   uint64_t t1 = cu_now();
   if (!p)
     return NULL;
@@ -783,8 +823,15 @@ static void deliver(struct buf *list, int forced)
       *(uint32_t *)(b->data + b->used) = 999;
       b->used += UNKNOWN_KIND_BYTES;
     }
-    if (cmp)
+    if (cmp) {
+      t_completing++;
+      if (cu_drv && cu_drv->client_code)
+        cu_drv->client_code(1);
       cmp(NULL, 0, b->data, b->size, b->used);
+      if (cu_drv && cu_drv->client_code)
+        cu_drv->client_code(0);
+      t_completing--;
+    }
     free(b->marks);
     free(b);
   }
@@ -963,6 +1010,7 @@ CU_API CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
   if (cu_fault.no_driver)
     return cu_ret(CUPTI_ERROR_UNKNOWN);
+  cu_check_deadlock_site("cuptiActivityFlushAll", 1);
   if (flag == 0 && cu_fault.hung_flush)
     hang_until_exit();
   return cu_ret(flush(flag));
@@ -974,6 +1022,7 @@ CU_API CUptiResult CUPTIAPI cuptiActivityFlush(CUcontext context, uint32_t strea
   (void)streamId;
   if (cu_fault.no_driver)
     return cu_ret(CUPTI_ERROR_UNKNOWN);
+  cu_check_deadlock_site("cuptiActivityFlush", 1);
   return cu_ret(flush(flag));
 }
 

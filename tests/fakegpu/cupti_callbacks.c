@@ -69,11 +69,21 @@ int cu_callback_enabled(CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
          atomic_load(&g_sub) != NULL;
 }
 
+/* Depth of STREAM_DESTROY_STARTING callbacks on this thread: flushing there deadlocks the
+ * real library (cupti.md 2.5, 6.2), see cu_check_deadlock_site. */
+static __thread int t_stream_destroy;
+
+int cu_in_stream_destroy_callback(void) { return t_stream_destroy > 0; }
+
 void cu_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data)
 {
   struct CUpti_Subscriber_st *s = atomic_load(&g_sub);
-  if (s && s->callback)
-    s->callback(s->userdata, domain, cbid, data);
+  int sd = domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING;
+  if (!s || !s->callback)
+    return;
+  t_stream_destroy += sd;
+  s->callback(s->userdata, domain, cbid, data);
+  t_stream_destroy -= sd;
 }
 
 static int tool_active(void) { return cu_subscribed() || cu_any_kind(); }

@@ -34,7 +34,19 @@ CUptiResult cu_ret(CUptiResult r);
 /* The size of the 13.0 record struct of `kind`, 0 for kinds the library rejects. */
 size_t cu_record_size(uint32_t kind);
 
+/*
+ * Calls the real library would deadlock on (cupti.md 2.5, 6.2): cuptiActivityFlushAll /
+ * cuptiActivityFlush / cuptiFinalize from inside the buffer completion or request callback,
+ * and the flushes from inside a CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING callback. The
+ * double cannot hang the test instead, so it says which rule was broken on stderr and aborts.
+ * `call` names the CUPTI function; `flush` is 0 for cuptiFinalize.
+ */
+void cu_check_deadlock_site(const char *call, int flush);
+/* Fatal rule violation: one line on stderr (write(2)), then abort(). */
+__attribute__((noreturn)) void cu_fatal(const char *fmt, ...);
+
 /* cupti_callbacks.c */
+int cu_in_stream_destroy_callback(void);
 int cu_subscribed(void);
 int cu_callback_enabled(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
 void cu_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data);

@@ -244,6 +244,8 @@ CU_API CUptiResult CUPTIAPI cuptiGetGraphExecId(CUgraphExec graphExec, uint32_t 
  * to call twice and from an API EXIT callback (it delivers no API callbacks itself). */
 CU_API CUptiResult CUPTIAPI cuptiFinalize(void)
 {
+  /* It flushes (forced) like cuptiActivityFlushAll: the same sites deadlock. */
+  cu_check_deadlock_site("cuptiFinalize", 0);
   cu_callbacks_reset();
   cu_activity_reset();
   return CUPTI_SUCCESS;

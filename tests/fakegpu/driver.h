@@ -83,6 +83,8 @@ extern struct fg_ctx *fg_contexts;
 /* ---- init (driver_init.c) ---- */
 
 int fg_initialized(void);
+/* The calling thread is running CUDA_INJECTION64_PATH's InitializeInjection (inside cuInit). */
+int fg_in_injection(void);
 int fg_log_enabled(void);
 void fg_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t fg_realtime_ns(void);

@@ -1,7 +1,10 @@
 /* API call bracketing: correlation ids, DRIVER/RUNTIME callbacks and records, tool hooks. */
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/fakegpu/driver.h"
 #include "tests/fakegpu/fakegpu.h"
@@ -57,6 +60,116 @@ static __thread int t_depth;
 static __thread int t_internal;
 static __thread struct rt_call t_rt[FG_MAX_FRAMES];
 static __thread int t_rt_depth;
+/*
+ * Client code running on this thread: a CUPTI callback (API, RESOURCE, SYNCHRONIZE) or the
+ * buffer request / completion callback. t_client_base[i] is t_internal when the i-th level
+ * began: a call made at that level is the client's own, one made deeper is the runtime
+ * double's work inside a call the client made.
+ */
+#define FG_MAX_CLIENT 16
+static __thread int t_client;
+static __thread int t_client_kind[FG_MAX_CLIENT]; /* 1 callback, 2 buffer callback */
+static __thread int t_client_base[FG_MAX_CLIENT];
+
+/*
+ * Rules the real driver enforces by hanging (cupti.md 1.1, 3.1, 6.2): no CUDA runtime or
+ * driver call from inside InitializeInjection, and none from inside a CUPTI callback (API,
+ * RESOURCE, SYNCHRONIZE, or the buffer request / completion callback) except the
+ * synchronize functions. A test cannot wait for a hang, so the double names the call and the
+ * rule on stderr and aborts.
+ */
+static int driver_sync_allowed(uint32_t cbid)
+{
+  switch (cbid) {
+  case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+  case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
+  case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
+  case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static int runtime_sync_allowed(uint32_t cbid)
+{
+  switch (cbid) {
+  case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
+  case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
+  case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
+  case CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static void fg_fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fg_fatal(const char *fmt, ...)
+{
+  char buf[512];
+  int n = snprintf(buf, sizeof(buf), "fakegpu: FATAL: ");
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (m < 0)
+    m = 0;
+  n += m < (int)(sizeof(buf) - (size_t)n - 1) ? m : (int)(sizeof(buf) - (size_t)n - 2);
+  buf[n++] = '\n';
+  ssize_t w = write(2, buf, (size_t)n);
+  (void)w;
+  abort();
+}
+
+/* `name` is about to run on this thread (before its ENTER): abort if the client may not call
+ * it here. During InitializeInjection every call is the injection library's (cuInit runs
+ * nothing else of the driver's meanwhile), whatever t_internal says. */
+static void check_call_site(const char *name, int allowed)
+{
+  if (fg_in_injection())
+    fg_fatal("%s called from inside InitializeInjection: it \"cannot call any CUDA runtime or "
+             "driver code\" (cupti.md 1.1)", name);
+  if (allowed || !t_client || t_client > FG_MAX_CLIENT ||
+      t_internal != t_client_base[t_client - 1])
+    return;
+  if (t_client_kind[t_client - 1] == 1)
+    fg_fatal("%s called from inside a CUPTI callback: only the synchronize functions may be "
+             "(cupti.md 3.1, 6.2; the real driver may hang)", name);
+  fg_fatal("%s called from inside the CUPTI buffer request/completion callback: no CUDA calls "
+           "there (cupti.md 6.2; the real driver may hang)", name);
+}
+
+static void client_begin(int kind)
+{
+  if (t_client < FG_MAX_CLIENT) {
+    t_client_kind[t_client] = kind;
+    t_client_base[t_client] = t_internal;
+  }
+  t_client++;
+}
+
+static void client_end(void)
+{
+  if (t_client > 0)
+    t_client--;
+}
+
+static void client_code(int enter)
+{
+  if (enter)
+    client_begin(2);
+  else
+    client_end();
+}
+
+static void client_callback(const struct fg_tool *t, CUpti_CallbackDomain domain,
+                            CUpti_CallbackId cbid, const void *data)
+{
+  client_begin(1);
+  t->callback(domain, cbid, data);
+  client_end();
+}
 
 static uint64_t idle_time(void) { return fakegpu_gpu_idle_time_ns(); }
 
@@ -77,6 +190,7 @@ static const struct fg_driver_ops g_ops = {
     .graph_id = fg_query_graph_id,
     .graph_exec_id = fg_query_graph_exec_id,
     .idle_time = idle_time,
+    .client_code = client_code,
 };
 
 /* A fork while another thread holds fg_lock must not leave the child's copy locked. The
@@ -200,7 +314,7 @@ static void api_callback(const struct fg_tool *t, CUpti_CallbackDomain domain,
       .correlationData = cdata,
       .correlationId = corr,
   };
-  t->callback(domain, cbid, &d);
+  client_callback(t, domain, cbid, &d);
 }
 
 /* A driver call made now by the runtime double (inside its internal bracket) that nested mode
@@ -246,6 +360,7 @@ void fg_call_enter(struct fg_call *c, uint32_t cbid, const char *name, const voi
   c->name = name;
   c->params = params;
   c->symbol = symbol;
+  check_call_site(name, driver_sync_allowed(cbid));
   if (t_internal) {
     if (!nested_driver_visible())
       return;
@@ -291,6 +406,7 @@ FG_API uint32_t fakegpu_runtime_enter(uint32_t cbid, const char *fname, const vo
                                       const char *symbol_name)
 {
   const struct fg_tool *t = fg_tool_get();
+  check_call_site(fname, runtime_sync_allowed(cbid));
   uint32_t corr = corr_next(t);
   push_frame(CUPTI_CB_DOMAIN_RUNTIME_API, corr, corr);
   if (t_rt_depth >= FG_MAX_FRAMES) {
@@ -350,7 +466,7 @@ void fg_resource(CUpti_CallbackIdResource cbid, struct fg_ctx *ctx, void *handle
   d.context = (CUcontext)ctx;
   d.resourceHandle.stream = (CUstream)handle;
   d.resourceDescriptor = descriptor;
-  t->callback(CUPTI_CB_DOMAIN_RESOURCE, cbid, &d);
+  client_callback(t, CUPTI_CB_DOMAIN_RESOURCE, cbid, &d);
 }
 
 void fg_graph_callback(CUpti_CallbackIdResource cbid, struct fg_ctx *ctx, CUgraph graph,
@@ -371,5 +487,5 @@ void fg_sync_callback(CUpti_CallbackIdSync cbid, struct fg_ctx *ctx, CUstream st
   if (!t || !t->callback_enabled(CUPTI_CB_DOMAIN_SYNCHRONIZE, cbid))
     return;
   CUpti_SynchronizeData d = {(CUcontext)ctx, stream};
-  t->callback(CUPTI_CB_DOMAIN_SYNCHRONIZE, cbid, &d);
+  client_callback(t, CUPTI_CB_DOMAIN_SYNCHRONIZE, cbid, &d);
 }

@@ -66,6 +66,11 @@ void fg_sleep_until(uint64_t t)
   }
 }
 
+int fg_in_injection(void)
+{
+  return t_in_init;
+}
+
 int fg_initialized(void)
 {
   return atomic_load(&g_init_started);
@@ -151,7 +156,7 @@ FG_API CUresult CUDAAPI cuInit(unsigned int Flags)
   FG_ENTER(cuInit, NULL, Flags);
   if (Flags != 0)
     return FG_EXIT(CUDA_ERROR_INVALID_VALUE);
-  /* InitializeInjection must not call CUDA, but one that does must not deadlock here. */
+  /* InitializeInjection must not call CUDA: fg_call_enter aborts on it (cupti.md 1.1). */
   if (!t_in_init)
     pthread_once(&g_init_once, do_init);
   return FG_EXIT(CUDA_SUCCESS);
