@@ -1,6 +1,9 @@
 /* A minimal injection library: proves cuInit loads CUDA_INJECTION64_PATH and calls it once. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -11,6 +14,14 @@ EXPORT int InitializeInjection(void)
 {
   g_thread = pthread_self();
   atomic_fetch_add(&g_calls, 1);
+  /* test_rules: an injection that breaks the rule "no CUDA calls here" (cupti.md 1.1). */
+  if (getenv("FAKEGPU_TEST_INJECT_CUDA")) {
+    int (*version)(int *);
+    int v;
+    *(void **)&version = dlsym(RTLD_DEFAULT, "cuDriverGetVersion");
+    if (version)
+      version(&v);
+  }
   return 1;
 }
 
