@@ -480,19 +480,9 @@ CU_API CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context,
 
 void cu_fatal(const char *fmt, ...)
 {
-  char buf[768];
-  int n = snprintf(buf, sizeof(buf), "fakegpu: FATAL: ");
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  if (m < 0)
-    m = 0;
-  n += m < (int)(sizeof(buf) - (size_t)n - 1) ? m : (int)(sizeof(buf) - (size_t)n - 2);
-  buf[n++] = '\n';
-  ssize_t w = write(2, buf, (size_t)n);
-  (void)w;
-  abort();
+  fakegpu_fatalv(fmt, ap);
 }
 
 void cu_check_deadlock_site(const char *call, int flush)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "tests/fakegpu/driver.h"
@@ -104,22 +105,36 @@ static int runtime_sync_allowed(uint32_t cbid)
   }
 }
 
-static void fg_fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fg_fatal(const char *fmt, ...)
+/* The simulator's own fatal errors (a rule the real library enforces by deadlocking, broken):
+ * one line on stderr, also appended to $FAKEGPU_FATAL_LOG when set (scripts/test.sh sets it, so
+ * that an abort in a process whose status nobody reads still fails the run: README.md), then
+ * abort(). Shared with the CUPTI double through fg_tool.h. */
+FG_API void fakegpu_fatalv(const char *fmt, va_list ap)
 {
-  char buf[512];
+  char buf[768];
   int n = snprintf(buf, sizeof(buf), "fakegpu: FATAL: ");
-  va_list ap;
-  va_start(ap, fmt);
   int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-  va_end(ap);
   if (m < 0)
     m = 0;
   n += m < (int)(sizeof(buf) - (size_t)n - 1) ? m : (int)(sizeof(buf) - (size_t)n - 2);
   buf[n++] = '\n';
   ssize_t w = write(2, buf, (size_t)n);
+  const char *log = getenv("FAKEGPU_FATAL_LOG");
+  int fd = log && *log ? open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+  if (fd >= 0) {
+    w = write(fd, buf, (size_t)n);
+    close(fd);
+  }
   (void)w;
   abort();
+}
+
+static void fg_fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fg_fatal(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fakegpu_fatalv(fmt, ap);
 }
 
 /* `name` is about to run on this thread (before its ENTER): abort if the client may not call

@@ -5,14 +5,16 @@
 /*
  * The real libcupti hooks the driver through private export tables; here the CUPTI double
  * registers one table of tool hooks with the driver from a constructor and gets one table of
- * driver queries back. Only `fakegpu_tool_attach` crosses the library boundary; it is
- * exported by libcuda.so.1 like the `fakegpu_` controls, and is no contract for anyone else.
+ * driver queries back. Only `fakegpu_tool_attach` and `fakegpu_fatalv` cross the library
+ * boundary; they are exported by libcuda.so.1 like the `fakegpu_` controls, and are no contract
+ * for anyone else.
  *
  * Concurrency: the driver calls the hooks from application threads without holding any
  * driver lock, so a hook may call back into the driver queries (and the client callbacks it
  * invokes may call driver synchronize functions).
  */
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,5 +61,8 @@ struct fg_driver_ops {
 
 /* Installs `tool` (NULL detaches) and returns the driver's queries. */
 const struct fg_driver_ops *fakegpu_tool_attach(const struct fg_tool *tool);
+/* The simulator's fatal error (driver_api.c): a line on stderr and in $FAKEGPU_FATAL_LOG, then
+ * abort(). */
+__attribute__((noreturn)) void fakegpu_fatalv(const char *fmt, va_list ap);
 
 #endif
