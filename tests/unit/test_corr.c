@@ -105,9 +105,17 @@ static void test_exit_times(void)
 
 #define WRITERS 4
 #define PER_WRITER 200000
+/* Full lookup passes (a whole window of written ids) the reader makes while the writers still
+ * write. Without it, a reader thread descheduled right after pthread_create (a loaded machine)
+ * found all writers done and looked nothing up: "0 lookups, 0 found", CHECK(found > 0) failed.
+ * A pass counts only once WINDOW ids have been handed out: passes made before the writers got
+ * going look nothing up. */
+#define MIN_READER_PASSES 100
+#define WINDOW 2000
 
 static struct corr_table *shared;
 static atomic_int writers_done;
+static atomic_int reader_passes;
 static atomic_uint next_id = 1;
 
 static void *writer(void *arg)
@@ -115,7 +123,8 @@ static void *writer(void *arg)
   struct corr_info in;
 
   (void)arg;
-  for (int i = 0; i < PER_WRITER; i++) {
+  /* At least PER_WRITER calls each, and on until the reader has overlapped with us. */
+  for (int i = 0; i < PER_WRITER || atomic_load(&reader_passes) < MIN_READER_PASSES; i++) {
     uint32_t id = atomic_fetch_add(&next_id, 1);
     fill(&in, id);
     corr_table_enter(shared, &in);
@@ -147,7 +156,7 @@ static void test_concurrent(void)
   /* The worker's role: look up recent ids while writers wrap the ring many times. */
   while (atomic_load(&writers_done) < WRITERS) {
     uint32_t hi = atomic_load(&next_id);
-    for (uint32_t id = hi > 2000 ? hi - 2000 : 1; id < hi; id += 7) {
+    for (uint32_t id = hi > WINDOW ? hi - WINDOW : 1; id < hi; id += 7) {
       lookups++;
       if (corr_table_lookup(shared, id, &out) == 0) {
         found++;
@@ -155,13 +164,17 @@ static void test_concurrent(void)
           torn++;
       }
     }
+    if (hi > WINDOW)
+      atomic_fetch_add(&reader_passes, 1);
   }
   for (int i = 0; i < WRITERS; i++)
     pthread_join(th[i], NULL);
   CHECK_EQ(torn, 0);
+  CHECK(atomic_load(&reader_passes) >= MIN_READER_PASSES);
   CHECK(found > 0);
-  fprintf(stderr, "     %llu lookups, %llu found, %llu collisions\n", (unsigned long long)lookups,
-          (unsigned long long)found, (unsigned long long)corr_table_collisions(shared));
+  fprintf(stderr, "     %d passes, %llu lookups, %llu found, %llu collisions\n",
+          atomic_load(&reader_passes), (unsigned long long)lookups, (unsigned long long)found,
+          (unsigned long long)corr_table_collisions(shared));
   corr_table_free(shared);
 }
 
