@@ -996,11 +996,17 @@ static void hang_until_exit(void)
     pause();
 }
 
+/* cupti_activity.h: both flushes return CUPTI_ERROR_INVALID_OPERATION "if not preceded by a
+ * successful call to cuptiActivityRegisterCallbacks" (none yet, or none since cuptiFinalize). */
+static int callbacks_registered(void) { return atomic_load(&g_complete) != NULL; }
+
 CU_API CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
   if (cu_fault.no_driver)
     return cu_ret(CUPTI_ERROR_UNKNOWN);
   cu_check_deadlock_site("cuptiActivityFlushAll", 1);
+  if (!callbacks_registered())
+    return cu_ret(CUPTI_ERROR_INVALID_OPERATION);
   if (flag == 0 && cu_fault.hung_flush)
     hang_until_exit();
   return cu_ret(flush(flag));
@@ -1013,6 +1019,8 @@ CU_API CUptiResult CUPTIAPI cuptiActivityFlush(CUcontext context, uint32_t strea
   if (cu_fault.no_driver)
     return cu_ret(CUPTI_ERROR_UNKNOWN);
   cu_check_deadlock_site("cuptiActivityFlush", 1);
+  if (!callbacks_registered())
+    return cu_ret(CUPTI_ERROR_INVALID_OPERATION);
   return cu_ret(flush(flag));
 }
 

@@ -84,6 +84,10 @@ static int child(void)
   CUstream s;
   int v;
 
+  /* cupti_activity.h: a flush not preceded by cuptiActivityRegisterCallbacks is refused. */
+  if (cuptiActivityFlushAll(0) != CUPTI_ERROR_INVALID_OPERATION ||
+      cuptiActivityFlush(NULL, 0, 0) != CUPTI_ERROR_INVALID_OPERATION)
+    return 6;
   if (cuptiSubscribe(&sub, on_cb, NULL) != CUPTI_SUCCESS ||
       cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
       cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
@@ -102,6 +106,8 @@ static int child(void)
   cuptiActivityFlushAll(0); /* delivers the DRIVER records: the completion callback runs */
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   cuptiFinalize();
+  if (cuptiActivityFlushAll(0) != CUPTI_ERROR_INVALID_OPERATION) /* registration gone too */
+    return 7;
   return 0;
 }
 
