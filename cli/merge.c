@@ -765,20 +765,6 @@ static int pf_need(struct pf_reader *r, size_t n)
   return 1;
 }
 
-/* A varint at p[*at] (before end): 0, or -1 when cut or over 10 bytes. */
-static int get_varint(const uint8_t *p, size_t end, size_t *at, uint64_t *v)
-{
-  *v = 0;
-  for (unsigned s = 0; s < 70; s += 7) {
-    if (*at >= end)
-      return -1;
-    *v |= (uint64_t)(p[*at] & 0x7f) << s;
-    if (!(p[(*at)++] & 0x80))
-      return 0;
-  }
-  return -1;
-}
-
 /* Whether the n packet bytes at p are a compressed chunk: the one field compressed_packets
  * (50, length-delimited: key 0x92 0x03); its zlib bytes at *z, *zlen. */
 static int is_chunk(const uint8_t *p, size_t n, const uint8_t **z, size_t *zlen)
@@ -786,7 +772,7 @@ static int is_chunk(const uint8_t *p, size_t n, const uint8_t **z, size_t *zlen)
   size_t at = 2;
   uint64_t len;
 
-  if (n < 3 || p[0] != 0x92 || p[1] != 0x03 || get_varint(p, n, &at, &len) || len != n - at)
+  if (n < 3 || p[0] != 0x92 || p[1] != 0x03 || pb_get_varint(p, n, &at, &len) || len != n - at)
     return 0;
   *z = p + at;
   *zlen = (size_t)len;
@@ -844,7 +830,7 @@ static int chunk_next(struct pf_reader *r, const uint8_t **p, size_t *n)
   const uint8_t *z;
   size_t zlen;
 
-  if (r->chunk[r->chunk_pos] != 0x0A || get_varint(r->chunk, r->chunk_len, &at, &len) ||
+  if (r->chunk[r->chunk_pos] != 0x0A || pb_get_varint(r->chunk, r->chunk_len, &at, &len) ||
       len > r->chunk_len - at || len > PACKET_MAX)
     return fail(r->path,
                 "byte %" PRIu64 ": a compressed chunk holds a cut packet: not a "

@@ -20,6 +20,21 @@ static inline size_t pb_put_varint(uint8_t *p, uint64_t v)
   return n;
 }
 
+/* The varint at p[*at] (before end) into *v, *at moved past it: 0, or -1 when it is cut or
+ * longer than 10 bytes. For readers of packed bytes (gpuprof merge, tests). */
+static inline int pb_get_varint(const uint8_t *p, size_t end, size_t *at, uint64_t *v)
+{
+  *v = 0;
+  for (unsigned s = 0; s < 70; s += 7) {
+    if (*at >= end)
+      return -1;
+    *v |= (uint64_t)(p[*at] & 0x7f) << s;
+    if (!(p[(*at)++] & 0x80))
+      return 0;
+  }
+  return -1;
+}
+
 /*
  * Frames n bytes that were packed at p + 2 as one length-delimited field (tag: its key byte) at
  * p; returns the bytes of the field. protobuf-c's pack returns the size it wrote, so a message

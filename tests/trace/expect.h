@@ -1,7 +1,9 @@
-/* The trace test programs' check macro: counts failed expectations, names each on stderr. */
+/* The trace test programs' shared helpers: the check macro (counts failed expectations, names
+ * each on stderr), a forked-child check and incompressible test bytes. */
 #ifndef GPUPROF_TESTS_TRACE_EXPECT_H
 #define GPUPROF_TESTS_TRACE_EXPECT_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,15 @@ static int failures;
       failures++;                                                                                  \
     }                                                                                              \
   } while (0)
+
+/* The next byte of a xorshift64 stream: incompressible data, the same for the same seed. */
+static inline unsigned char xorshift_byte(uint64_t *seed)
+{
+  *seed ^= *seed << 13;
+  *seed ^= *seed >> 7;
+  *seed ^= *seed << 17;
+  return (unsigned char)*seed;
+}
 
 /*
  * Runs child(DIR/name, arg) in a forked child (for a process-wide setting such as a file size

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "export/pbframe.h"
 #include "export/trace_internal.h"
 #include "tests/trace/expect.h"
 
@@ -68,19 +69,10 @@ static void make_packet(size_t n, int random, uint64_t *seed)
   size_t h = 1;
 
   p[0] = 0x0A;
-  for (size_t v = n; v >= 0x80; v >>= 7)
-    p[h++] = (unsigned char)(v | 0x80);
-  p[h] = (unsigned char)(n >> (7 * (h - 1)));
-  h++;
+  h += pb_put_varint(p + 1, n);
   for (size_t i = 0; i < n; i++) {
-    if (random) {
-      *seed ^= *seed << 13;
-      *seed ^= *seed >> 7;
-      *seed ^= *seed << 17;
-      p[h + i] = (unsigned char)*seed;
-    } else {
-      p[h + i] = (unsigned char)"\x08\x01\x5a\x06kernel\x10\x2a"[i % 12];
-    }
+    p[h + i] =
+        random ? xorshift_byte(seed) : (unsigned char)"\x08\x01\x5a\x06kernel\x10\x2a"[i % 12];
   }
   data_len += h + n;
 }
@@ -92,19 +84,6 @@ struct readback {
   unsigned chunks, plains; /* chunks, and plain packets outside them */
   char order[64];          /* per top-level item, up to 63: 'C' chunk, 'p' run of plain packets */
 };
-
-static int varint(const unsigned char *p, size_t n, size_t *at, uint64_t *v)
-{
-  *v = 0;
-  for (int s = 0; s < 64; s += 7) {
-    if (*at >= n)
-      return -1;
-    *v |= (uint64_t)(p[*at] & 0x7f) << s;
-    if (!(p[(*at)++] & 0x80))
-      return 0;
-  }
-  return -1;
-}
 
 static void note(struct readback *r, char c)
 {
@@ -122,7 +101,7 @@ static int packets_of(const unsigned char *in, size_t n, unsigned char *out, siz
   while (at < n) {
     size_t start = at;
     uint64_t len;
-    if (in[at++] != 0x0A || varint(in, n, &at, &len) || len > n - at)
+    if (in[at++] != 0x0A || pb_get_varint(in, n, &at, &len) || len > n - at)
       return -1;
     if (len >= 2 && in[at] == 0x92 && in[at + 1] == 0x03) {
       /* compressed_packets: it must be the packet's only field, and no chunk nests */
@@ -130,7 +109,7 @@ static int packets_of(const unsigned char *in, size_t n, unsigned char *out, siz
       uint64_t zlen;
       static unsigned char inner[TRACE_OUT_BUF];
       uLongf got = sizeof(inner);
-      if (inside || varint(in, n, &f, &zlen) || f + zlen != at + len)
+      if (inside || pb_get_varint(in, n, &f, &zlen) || f + zlen != at + len)
         return -1;
       if (uncompress(inner, &got, in + f, (uLong)zlen) != Z_OK)
         return -1;

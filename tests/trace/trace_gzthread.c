@@ -97,14 +97,8 @@ static int blocks_app_signals(pid_t tid)
 static void make(size_t n, int random, uint64_t *seed)
 {
   for (size_t i = 0; i < n && data_len < DATA_MAX; i++) {
-    if (random) {
-      *seed ^= *seed << 13;
-      *seed ^= *seed >> 7;
-      *seed ^= *seed << 17;
-      data[data_len++] = (unsigned char)*seed;
-    } else {
-      data[data_len++] = (unsigned char)"{\"name\":\"kernel\",\"ts\":12345},\n"[i % 30];
-    }
+    data[data_len++] = random ? xorshift_byte(seed)
+                              : (unsigned char)"{\"name\":\"kernel\",\"ts\":12345},\n"[i % 30];
   }
 }
 
