@@ -82,6 +82,11 @@ struct nccl_comm_slot {
 static struct nccl_comm_slot comms[NCCL_MAX_COMMS];
 static _Atomic uint32_t n_comms;
 
+static uint32_t comm_index1(struct nccl_comm_slot *c)
+{
+  return c ? (uint32_t)(c - comms) + 1 : 0;
+}
+
 static struct nccl_comm_slot *comm_fill(uint64_t hash, const char *name, int nnodes, int nranks,
                                         int rank)
 {
@@ -531,11 +536,6 @@ static void op_bind(struct op *o, uint32_t idx, uint32_t corr)
   atomic_store_explicit(&s->corr, corr, memory_order_release);
 }
 
-static uint32_t comm_index1(struct nccl_comm_slot *c)
-{
-  return c ? (uint32_t)(c - comms) + 1 : 0;
-}
-
 void *nccl_api_start(struct nccl_comm_slot *c, const struct nccl_op_desc *d)
 {
   uint32_t idx;
@@ -632,10 +632,9 @@ static void comm_set_device(uint32_t comm, int32_t device)
  * last launch, the guess for communicators that say nothing). */
 static void comm_note_device(struct nccl_comm_slot *s, int32_t device)
 {
-  uint32_t comm = (uint32_t)(s - comms);
-
-  if (device >= 0 && comm < NCCL_MAX_COMMS)
-    atomic_store_explicit(&comm_dev1[comm], (uint32_t)device + 1, memory_order_relaxed);
+  if (device >= 0)
+    atomic_store_explicit(&comm_dev1[comm_index1(s) - 1], (uint32_t)device + 1,
+                          memory_order_relaxed);
 }
 
 /* The pending ops of comm (index + 1, 0: any) go to launch corr, on device. */
