@@ -498,6 +498,14 @@ void cu_check_deadlock_site(const char *call, int flush)
              "the real CUPTI deadlocks there (cupti.md 2.5, 6.2)", call);
 }
 
+/* The client's buffer callback starts (1) or ends (0) on this thread: the driver then refuses
+ * CUDA calls (cupti.md 6.2). */
+static void client_code(int enter)
+{
+  if (cu_drv && cu_drv->client_code)
+    cu_drv->client_code(enter);
+}
+
 /* ---- buffers ---- */
 
 static size_t reserve(void) { return cu_fault.unknown_kind ? UNKNOWN_KIND_BYTES : 0; }
@@ -580,11 +588,9 @@ static struct buf *request_buffer(size_t need)
   uint8_t *p = NULL;
   size_t size = 0, maxrec = 0;
   uint64_t t0 = cu_now();
-  if (cu_drv && cu_drv->client_code)
-    cu_drv->client_code(1);
+  client_code(1);
   req(&p, &size, &maxrec);
-  if (cu_drv && cu_drv->client_code)
-    cu_drv->client_code(0);
+  client_code(0);
   uint64_t t1 = cu_now();
   if (!p)
     return NULL;
@@ -815,11 +821,9 @@ static void deliver(struct buf *list, int forced)
     }
     if (cmp) {
       t_completing++;
-      if (cu_drv && cu_drv->client_code)
-        cu_drv->client_code(1);
+      client_code(1);
       cmp(NULL, 0, b->data, b->size, b->used);
-      if (cu_drv && cu_drv->client_code)
-        cu_drv->client_code(0);
+      client_code(0);
       t_completing--;
     }
     free(b->marks);
