@@ -69,6 +69,9 @@ static __thread int t_completing;
 
 static _Atomic(CUpti_BuffersCallbackRequestFunc) g_request;
 static _Atomic(CUpti_BuffersCallbackCompleteFunc) g_complete;
+/* The process that registered the buffer callbacks: a child forked after that inherits the
+ * state but none of CUPTI's threads (cupti.md 6.3). */
+static _Atomic pid_t g_registered_pid;
 static _Atomic(CUpti_TimestampCallbackFunc) g_tscb;
 static atomic_size_t g_dropped;
 
@@ -460,6 +463,8 @@ CU_API CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(
 {
   if (!funcBufferRequested || !funcBufferCompleted)
     return cu_ret(CUPTI_ERROR_INVALID_PARAMETER);
+  if (!atomic_load(&g_complete))
+    atomic_store(&g_registered_pid, getpid());
   atomic_store(&g_request, funcBufferRequested);
   atomic_store(&g_complete, funcBufferCompleted);
   return CUPTI_SUCCESS;
@@ -493,6 +498,10 @@ void cu_check_deadlock_site(const char *call, int flush)
   if (t_requesting)
     cu_fatal("%s called from inside the buffer request callback: the real CUPTI "
              "deadlocks there (cupti.md 2.5, 6.2)", call);
+  if (atomic_load(&g_complete) && atomic_load(&g_registered_pid) != getpid())
+    cu_fatal("%s called in a child forked after the buffer callbacks were registered (in "
+             "pid %d): the real CUPTI can hang there (cupti.md 6.3)", call,
+             (int)atomic_load(&g_registered_pid));
   if (flush && cu_in_stream_destroy_callback())
     cu_fatal("%s called from inside a CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING callback: "
              "the real CUPTI deadlocks there (cupti.md 2.5, 6.2)", call);

@@ -73,6 +73,24 @@ static void CUPTIAPI on_cb(void *ud, CUpti_CallbackDomain domain, CUpti_Callback
   }
 }
 
+/* Runs `call` in a child of this process and dies the way that child died. */
+static int in_forked_child(CUptiResult (*call)(void))
+{
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(call() == CUPTI_ERROR_INVALID_OPERATION ? 0 : 1);
+  int status;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid)
+    return 8;
+  if (WIFSIGNALED(status)) {
+    signal(WTERMSIG(status), SIG_DFL);
+    raise(WTERMSIG(status));
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 9;
+}
+
+static CUptiResult forced_flush(void) { return cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+
 static int child(void)
 {
   if (!strcmp(g_mode, "cuda_in_injection")) {
@@ -84,9 +102,11 @@ static int child(void)
   CUstream s;
   int v;
 
-  /* cupti_activity.h: a flush not preceded by cuptiActivityRegisterCallbacks is refused. */
+  /* cupti_activity.h: a flush not preceded by cuptiActivityRegisterCallbacks is refused, also
+   * in a forked child (nothing of CUPTI's was inherited yet). */
   if (cuptiActivityFlushAll(0) != CUPTI_ERROR_INVALID_OPERATION ||
-      cuptiActivityFlush(NULL, 0, 0) != CUPTI_ERROR_INVALID_OPERATION)
+      cuptiActivityFlush(NULL, 0, 0) != CUPTI_ERROR_INVALID_OPERATION ||
+      in_forked_child(forced_flush) != 0)
     return 6;
   if (cuptiSubscribe(&sub, on_cb, NULL) != CUPTI_SUCCESS ||
       cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
@@ -103,11 +123,17 @@ static int child(void)
   if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       cuStreamDestroy(s) != CUDA_SUCCESS)
     return 5;
+  if (!strcmp(g_mode, "flush_in_fork_child"))
+    return in_forked_child(forced_flush);
+  if (!strcmp(g_mode, "finalize_in_fork_child"))
+    return in_forked_child(cuptiFinalize);
   cuptiActivityFlushAll(0); /* delivers the DRIVER records: the completion callback runs */
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   cuptiFinalize();
   if (cuptiActivityFlushAll(0) != CUPTI_ERROR_INVALID_OPERATION) /* registration gone too */
     return 7;
+  if (in_forked_child(forced_flush) != 0) /* forked after Finalize: nothing inherited */
+    return 10;
   return 0;
 }
 
@@ -156,6 +182,8 @@ int main(void)
   run("driver_in_complete", "cuDeviceGetCount called from inside the CUPTI buffer");
   run("driver_in_request", "cuDeviceGetCount called from inside the CUPTI buffer");
   run("cuda_in_injection", "cuDriverGetVersion called from inside InitializeInjection");
+  run("flush_in_fork_child", "cuptiActivityFlushAll called in a child forked after");
+  run("finalize_in_fork_child", "cuptiFinalize called in a child forked after");
   if (g_failures)
     fprintf(stderr, "%d rule check(s) failed\n", g_failures);
   return g_failures != 0;
