@@ -450,7 +450,7 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
   }
   if (!p || (p->gpu_only != -1 && p->gpu_only != 0 && p->gpu_only != 1) ||
       (p->format != -1 && (p->format < CONFIG_TRACE_JSON || p->format > CONFIG_TRACE_PERFETTO)) ||
-      p->duration_ns > 24ull * 3600 * 1000000000ull) {
+      p->duration_ns > CONFIG_MAX_CAPTURE_NS) {
     snprintf(err, err_len,
              "invalid capture parameters (duration at most 24h, format json, "
              "json.gz or perfetto)");

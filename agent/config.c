@@ -755,9 +755,11 @@ void config_load(struct config *cfg)
     cfg->capture_on_start_ns = 0;
     bad_value("GPUPROF_CAPTURE_ON_START", v, "a positive duration (e.g. 60s)",
               "disabling the capture at start");
-  } else if (v && duration_too_long("GPUPROF_CAPTURE_ON_START", v, cfg->capture_on_start_ns,
-                                    "disabling the capture at start")) {
+  } else if (v && cfg->capture_on_start_ns > CONFIG_MAX_CAPTURE_NS) {
     cfg->capture_on_start_ns = 0;
+    log_warn("GPUPROF_CAPTURE_ON_START='%s' is over the longest capture (24h); disabling the "
+             "capture at start",
+             v);
   }
 
   v = env("GPUPROF_GPU_ONLY");

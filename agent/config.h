@@ -90,6 +90,8 @@ struct config {
 
 /* Defaults, also quoted by docs/CONFIGURATION.md. */
 #define CONFIG_DEFAULT_OUTPUT_DIR "/tmp/gpuprof"
+/* The longest capture, at start or on demand (the control protocol's limit too). */
+#define CONFIG_MAX_CAPTURE_NS (24ull * 3600 * 1000000000ull)
 #define CONFIG_DEFAULT_WINDOW_NS (15ull * 1000000000ull)
 #define CONFIG_DEFAULT_BUFFER_SIZE (4ull << 20)
 #define CONFIG_DEFAULT_BUFFER_LIMIT (64ull << 20)
@@ -102,7 +104,7 @@ struct config {
 #define CONFIG_DEFAULT_STACK_TABLE_SIZE (32ull << 20)
 #define CONFIG_DEFAULT_UPLOAD_TIMEOUT_NS (10ull * 1000000000ull)
 #define CONFIG_DEFAULT_UPLOAD_QUEUE 32
-#define CONFIG_DEFAULT_PYROSCOPE_MAX_SAMPLES 16000 /* Pyroscope's default per profile */
+#define CONFIG_DEFAULT_PYROSCOPE_MAX_SAMPLES 16000     /* Pyroscope's default per profile */
 #define CONFIG_DEFAULT_PYROSCOPE_MAX_SIZE (4ull << 20) /* max-profile-size-bytes' default */
 #define CONFIG_DEFAULT_EXIT_TIMEOUT_NS (3ull * 1000000000ull)
 #define CONFIG_DEFAULT_TRACE_MAX_SIZE (512ull << 20)

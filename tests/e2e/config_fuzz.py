@@ -145,7 +145,7 @@ SPECS = {
     "GPUPROF_LOG": (choice("error", "warn", "info", "debug"), "plain"),
     "GPUPROF_WINDOW": (duration(10**9), "plain"),
     "GPUPROF_STACKS": (choice("off", "alloc", "sampled", "all"), "plain"),
-    "GPUPROF_CAPTURE_ON_START": (duration(1), "plain"),
+    "GPUPROF_CAPTURE_ON_START": (duration(1, 24 * 3600 * 10**9), "plain"),
     "GPUPROF_GPU_ONLY": (BOOL, "plain"),
     "GPUPROF_TRACE_FORMAT": (choice("json", "json.gz", "perfetto"), "plain"),
     "GPUPROF_RUN_DIR": (PATH, "used"),

@@ -184,6 +184,9 @@ static void test_bad_values(void)
   check_bad("GPUPROF_CAPTURE_ON_START", "1 minute",
             "gpuprof: GPUPROF_CAPTURE_ON_START='1 minute' is not a positive duration (e.g. 60s); "
             "disabling the capture at start\n");
+  check_bad("GPUPROF_CAPTURE_ON_START", "86401s",
+            "gpuprof: GPUPROF_CAPTURE_ON_START='86401s' is over the longest capture (24h); "
+            "disabling the capture at start\n");
   check_bad("GPUPROF_GPU_ONLY", "maybe",
             "gpuprof: GPUPROF_GPU_ONLY='maybe' is not 0 or 1; using 0\n");
   check_bad(
@@ -259,7 +262,7 @@ static void test_documented_limits(void)
   setenv("GPUPROF_STACK_SAMPLE_EVERY", "1048576", 1);
   setenv("GPUPROF_UPLOAD_QUEUE", "4096", 1);
   setenv("GPUPROF_PYROSCOPE_MAX_SAMPLES", "1073741824", 1);
-  setenv("GPUPROF_CAPTURE_ON_START", "366h", 1);
+  setenv("GPUPROF_CAPTURE_ON_START", "24h", 1);
   load_capture(&cfg, err, sizeof(err));
   CHECK_STR(err, "");
   CHECK_EQ(cfg.trace_max_size, 1ull << 40);
@@ -271,7 +274,7 @@ static void test_documented_limits(void)
   CHECK_EQ(cfg.stack_sample_every, 1048576);
   CHECK_EQ(cfg.upload_queue, 4096);
   CHECK_EQ(cfg.pyroscope_max_samples, 1ull << 30);
-  CHECK_EQ(cfg.capture_on_start_ns, 366ull * 3600 * 1000000000ull);
+  CHECK_EQ(cfg.capture_on_start_ns, 24ull * 3600 * 1000000000ull);
 
   check_bad("GPUPROF_TRACE_MAX_SIZE", "1025G",
             "gpuprof: GPUPROF_TRACE_MAX_SIZE='1025G' is not a size between 1M and 1T (e.g. 512M); "
