@@ -250,25 +250,3 @@ CU_API CUptiResult CUPTIAPI cuptiFinalize(void)
   cu_activity_reset();
   return CUPTI_SUCCESS;
 }
-
-/* ---- NVTX injection entry points (exported by the real library, not declared) ---- */
-
-/* NVTX is not simulated: the forwarders an agent exports see a failure and NVTX stays a
- * no-op in the application. */
-CU_API CUptiResult CUPTIAPI cuptiNvtxInitialize(void *pfnGetExportTable)
-{
-  (void)pfnGetExportTable;
-  return cu_ret(CUPTI_ERROR_NOT_SUPPORTED);
-}
-
-CU_API CUptiResult CUPTIAPI cuptiNvtxInitialize2(void *pfnGetExportTable)
-{
-  (void)pfnGetExportTable;
-  return cu_ret(CUPTI_ERROR_NOT_SUPPORTED);
-}
-
-CU_API CUptiResult CUPTIAPI cuptiNvtxExtensionInitialize(void *moduleInfo)
-{
-  (void)moduleInfo;
-  return cu_ret(CUPTI_ERROR_NOT_SUPPORTED);
-}
