@@ -677,6 +677,19 @@ static int describe(struct trace_writer *w, struct trace_track *t, const char *t
     d.has_child_ordering = 1;
     d.child_ordering = GPUPROF__PERFETTO__TRACK_DESCRIPTOR__CHILD_TRACKS_ORDERING__EXPLICIT;
     break;
+  case TRACK_HOST_NVTX:
+    d.static_or_dynamic_name_case =
+        GPUPROF__PERFETTO__TRACK_DESCRIPTOR__STATIC_OR_DYNAMIC_NAME_NAME;
+    d.name = name;
+    parent = NULL;
+    for (uint32_t i = 0; i < w->tracks_cap; i++)
+      if (w->tracks[i].kind == TRACK_HOST_PROCESS)
+        parent = &w->tracks[i];
+    if (parent) {
+      d.has_parent_uuid = 1;
+      d.parent_uuid = parent->uuid;
+    }
+    break;
   case TRACK_GPU_STREAM:
   case TRACK_GPU_SYNC:
   case TRACK_GPU_MEMORY:
@@ -1055,12 +1068,18 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
   uint8_t *p;
   size_t nb, ne;
   int rc = 0, new_name, new_launch = 0;
+  char nvtx_cat_buf[256], *nvtx_cat = nvtx_cat_buf;
+  Annotation nvtx_ann[2], *nvtx_annp[2] = {&nvtx_ann[0], &nvtx_ann[1]};
 
   q = seq_for(w, t, &rc);
   if (!q)
     return rc;
   clock = q->last_ts;
   cat = slice_cat(t, s);
+  if (s->cat) {
+    snprintf(nvtx_cat_buf, sizeof(nvtx_cat_buf), "%s", s->cat);
+    utf8_fix(nvtx_cat_buf);
+  }
   niid = name_iid(w, s->name, s->name_len);
   if (!niid) {
     memcpy(name, s->name, s->name_len);
@@ -1104,7 +1123,8 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
   if (!p)
     return w->out.err;
 
-  if (!inp && niid && s->start >= clock && !s->nccl && (!g || (kernel && !g->graph_id && liid)) &&
+  if (!inp && niid && s->start >= clock && !s->nccl && !s->cat &&
+      (!g || (kernel && !g->graph_id && liid)) &&
       (body = body_part(w->enc, cat, niid, liid, &nbody))) {
     nb = pack_begin_parts(q, body, nbody, s->start - clock, s, &flow, p);
     clock = s->start;
@@ -1137,6 +1157,20 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
     gpuprof__perfetto__event_packet__init(&bp);
     gpuprof__perfetto__event_body__init(&be);
     FILL_BEGIN(bp, be);
+    if (s->cat) {
+      /* NVTX: the domain is the category, inline (domains are few and user-named). */
+      be.n_category_iids = 0;
+      be.n_categories = 1;
+      be.categories = &nvtx_cat;
+      if (s->instant)
+        be.type = GPUPROF__PERFETTO__TRACK_EVENT__TYPE__TYPE_INSTANT;
+      if (t->kind == TRACK_HOST_NVTX) {
+        ann_named_uint(&nvtx_ann[0], "start_tid", s->start_tid);
+        ann_named_uint(&nvtx_ann[1], "end_tid", s->end_tid);
+        be.n_debug_annotations = 2;
+        be.debug_annotations = nvtx_annp;
+      }
+    }
     if (s->flow_out) {
       be.n_flow_ids = 1;
       be.flow_ids = &flow;
@@ -1147,7 +1181,9 @@ static int pf_slice(struct trace_writer *w, struct trace_track *t, const struct 
     nb = frame(p, pack_begin(&bp, &be, s, liid, launch, p));
   }
 
-  if (s->end >= clock) {
+  if (s->instant) {
+    ne = 0;
+  } else if (s->end >= clock) {
     ne = pack_end_parts(q, s->end - clock, p + nb);
     clock = s->end;
   } else {

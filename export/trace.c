@@ -94,6 +94,10 @@ size_t trace_track_name(const struct trace_writer *w, const struct trace_track *
   case TRACK_META:
     len = snprintf(buf, n, "gpuprof");
     break;
+  case TRACK_HOST_NVTX:
+    len =
+        t->b ? snprintf(buf, n, "NVTX start/end %u", t->b + 1) : snprintf(buf, n, "NVTX start/end");
+    break;
   case TRACK_GPU_NCCL:
     if (t->b < w->n_nccl_comms)
       len = snprintf(buf, n, "NCCL comm %s rank %d/%d", w->nccl_comms[t->b].label,
@@ -189,7 +193,7 @@ static struct trace_track *track_named(struct trace_writer *w, unsigned kind, ui
   struct trace_track *t, *parent;
 
   if (kind != TRACK_HOST_THREAD && kind != TRACK_HOST_PROCESS && kind != TRACK_META &&
-      a >= TRACE_MAX_DEVICES) {
+      kind != TRACK_HOST_NVTX && a >= TRACE_MAX_DEVICES) {
     w->stats.invalid++;
     return NULL;
   }
@@ -201,7 +205,7 @@ static struct trace_track *track_named(struct trace_writer *w, unsigned kind, ui
   if (t->described)
     return t;
   /* Parents first: the encoders name processes before their threads and GPU tracks. */
-  if (kind == TRACK_HOST_THREAD)
+  if (kind == TRACK_HOST_THREAD || kind == TRACK_HOST_NVTX)
     parent = track_get(w, TRACK_HOST_PROCESS, 0, 0);
   else if (kind == TRACK_GPU_STREAM || kind == TRACK_GPU_SYNC || kind == TRACK_GPU_MEMORY ||
            kind == TRACK_GPU_NCCL)
@@ -382,6 +386,99 @@ int trace_writer_api_slice(struct trace_writer *w, uint32_t tid, const char *nam
                             .end = end_ns,
                             .corr_id = corr_id,
                             .flow_out = w->meta.flows ? flow_id : 0};
+  sl.name_len = name_len(sl.name);
+  return emit_slice(w, t, &sl);
+}
+
+/* ---- NVTX ---- */
+
+static const char *nvtx_cat(const char *domain)
+{
+  return domain && *domain ? domain : "nvtx";
+}
+
+int trace_writer_nvtx_range(struct trace_writer *w, uint32_t tid, const char *domain,
+                            const char *name, uint64_t start_ns, uint64_t end_ns)
+{
+  struct trace_track *t;
+  struct trace_slice sl;
+  int rc = event_begin(w, &start_ns, &end_ns);
+
+  if (rc)
+    return rc;
+  t = track_for(w, TRACK_HOST_THREAD, 0, tid);
+  if (!t)
+    return track_error(w);
+  sl = (struct trace_slice){
+      .name = name ? name : "?", .start = start_ns, .end = end_ns, .cat = nvtx_cat(domain)};
+  sl.name_len = name_len(sl.name);
+  return emit_slice(w, t, &sl);
+}
+
+int trace_writer_nvtx_mark(struct trace_writer *w, uint32_t tid, const char *domain,
+                           const char *name, uint64_t ts_ns)
+{
+  struct trace_track *t;
+  struct trace_slice sl;
+  uint64_t end = ts_ns;
+  int rc = event_begin(w, &ts_ns, &end);
+
+  if (rc)
+    return rc;
+  t = track_for(w, TRACK_HOST_THREAD, 0, tid);
+  if (!t)
+    return track_error(w);
+  sl = (struct trace_slice){.name = name ? name : "?",
+                            .start = ts_ns,
+                            .end = ts_ns,
+                            .cat = nvtx_cat(domain),
+                            .instant = 1};
+  sl.name_len = name_len(sl.name);
+  /* Not fitted: an instant cannot overlap a slice partially, and it must not move one. */
+  rc = w->ops->slice(w, t, &sl);
+  if (!rc && ts_ns > w->max_ts)
+    w->max_ts = ts_ns;
+  return rc;
+}
+
+/* The first lane whose ranges all end by start: ranges are written when they end, so a lane
+ * whose latest end is <= start holds nothing this one could overlap. */
+static uint32_t nvtx_lane(struct trace_writer *w, uint64_t start, uint64_t end)
+{
+  uint32_t k;
+
+  for (k = 0; k < w->nvtx_lanes; k++)
+    if (w->nvtx_lane_end[k] <= start)
+      break;
+  if (k == w->nvtx_lanes) {
+    if (w->nvtx_lanes < TRACE_NVTX_LANES)
+      w->nvtx_lanes++;
+    else
+      k = TRACE_NVTX_LANES - 1; /* shared, clamped by track_fit */
+  }
+  if (end > w->nvtx_lane_end[k])
+    w->nvtx_lane_end[k] = end;
+  return k;
+}
+
+int trace_writer_nvtx_span(struct trace_writer *w, const char *domain, const char *name,
+                           uint64_t start_ns, uint64_t end_ns, uint32_t start_tid, uint32_t end_tid)
+{
+  struct trace_track *t;
+  struct trace_slice sl;
+  int rc = event_begin(w, &start_ns, &end_ns);
+
+  if (rc)
+    return rc;
+  t = track_for(w, TRACK_HOST_NVTX, 0, nvtx_lane(w, start_ns, end_ns));
+  if (!t)
+    return track_error(w);
+  sl = (struct trace_slice){.name = name ? name : "?",
+                            .start = start_ns,
+                            .end = end_ns,
+                            .cat = nvtx_cat(domain),
+                            .start_tid = start_tid,
+                            .end_tid = end_tid};
   sl.name_len = name_len(sl.name);
   return emit_slice(w, t, &sl);
 }

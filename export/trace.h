@@ -179,6 +179,25 @@ int trace_writer_nccl_slice(struct trace_writer *w, const struct trace_nccl_slic
 int trace_writer_sync(struct trace_writer *w, uint32_t device, uint32_t stream, const char *name,
                       uint64_t start_ns, uint64_t end_ns, uint32_t corr_id);
 
+/*
+ * NVTX (docs/TRACES.md "NVTX"). domain is the slice's category (NULL: "nvtx", the default
+ * domain); strings are used only during the call.
+ *
+ * A push/pop range on its thread's track, where it nests with the thread's API calls (the
+ * caller pairs pushes and pops so that ranges of one thread never cross).
+ */
+int trace_writer_nvtx_range(struct trace_writer *w, uint32_t tid, const char *domain,
+                            const char *name, uint64_t start_ns, uint64_t end_ns);
+/* A mark: an instant event on its thread's track. */
+int trace_writer_nvtx_mark(struct trace_writer *w, uint32_t tid, const char *domain,
+                           const char *name, uint64_t ts_ns);
+/* A start/end range (it may end on another thread than it started on): on the host process's
+ * "NVTX start/end" track, or on its next lane ("NVTX start/end 2", ...) when it overlaps a
+ * range already written there; args start_tid and end_tid. */
+int trace_writer_nvtx_span(struct trace_writer *w, const char *domain, const char *name,
+                           uint64_t start_ns, uint64_t end_ns, uint32_t start_tid,
+                           uint32_t end_tid);
+
 /* GPU memory in use on device from ts_ns on. */
 int trace_writer_memory(struct trace_writer *w, uint32_t device, uint64_t ts_ns,
                         uint64_t bytes_in_use);

@@ -32,8 +32,8 @@
 struct trace_gz;
 
 enum trace_out_mode {
-  TRACE_OUT_PLAIN,   /* bytes as given */
-  TRACE_OUT_GZIP,    /* one gzip stream, sync-flushed at every buffer */
+  TRACE_OUT_PLAIN, /* bytes as given */
+  TRACE_OUT_GZIP,  /* one gzip stream, sync-flushed at every buffer */
   /* Trace packets; each buffer one compressed_packets packet (or as given). Each packet goes in
    * with one trace_out_reserve (at most TRACE_EVENT_MAX bytes), so no chunk splits one. */
   TRACE_OUT_PACKETS,
@@ -96,6 +96,7 @@ enum trace_track_kind {
   TRACK_GPU_MEMORY,  /* a = device */
   TRACK_META,        /* the protobuf writer's "gpuprof" track for trace metadata */
   TRACK_GPU_NCCL,    /* a = device, b = index in trace_writer.nccl_comms */
+  TRACK_HOST_NVTX,   /* NVTX start/end ranges: a = 0, b = lane (trace.c nvtx_lane) */
 };
 
 #define TRACK_RING 16
@@ -132,7 +133,23 @@ struct trace_slice {
   uint64_t flow_in;                    /* nonzero: a flow ends here */
   const struct trace_gpu_slice *gpu;   /* NULL for API calls and syncs */
   const struct trace_nccl_slice *nccl; /* NCCL ops only */
+  /* NVTX ranges and marks: the domain as the category (JSON "cat", protobuf `categories`),
+   * no correlation id; NULL for every other slice. */
+  const char *cat;
+  int instant;                 /* an NVTX mark: an instant event at start (end == start) */
+  uint32_t start_tid, end_tid; /* TRACK_HOST_NVTX: the threads that started and ended it */
 };
+
+/* Lanes of the host process's NVTX start/end track: one per range open at once. Past this
+ * many, ranges share the last one, clamped. */
+#define TRACE_NVTX_LANES 64u
+
+/* The JSON tid of NVTX start/end lane k in the host process: above any real tid (Linux's
+ * pid_max is at most 2^22). */
+static inline uint32_t trace_nvtx_tid(uint32_t lane)
+{
+  return 0xf0000000u | lane;
+}
 
 /* The communicators of TRACK_GPU_NCCL tracks, in order of first use. */
 #define TRACE_MAX_NCCL_COMMS 256u
@@ -177,6 +194,8 @@ struct trace_writer {
   char *device_names[64];
   struct trace_nccl_comm nccl_comms[TRACE_MAX_NCCL_COMMS];
   uint32_t n_nccl_comms;
+  uint64_t nvtx_lane_end[TRACE_NVTX_LANES]; /* latest end written on each NVTX lane */
+  uint32_t nvtx_lanes;                      /* lanes in use */
   struct trace_meta_kv kv[TRACE_META_MAX];
   uint32_t kv_len;
 

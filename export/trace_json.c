@@ -162,7 +162,8 @@ static int event_commit(struct trace_writer *w, char *start, char *p, unsigned n
 
 static uint32_t track_pid(const struct trace_writer *w, const struct trace_track *t)
 {
-  if (t->kind == TRACK_HOST_PROCESS || t->kind == TRACK_HOST_THREAD || t->kind == TRACK_META)
+  if (t->kind == TRACK_HOST_PROCESS || t->kind == TRACK_HOST_THREAD || t->kind == TRACK_META ||
+      t->kind == TRACK_HOST_NVTX)
     return w->meta.pid;
   return trace_gpu_pid(w->meta.pid, t->a);
 }
@@ -177,6 +178,8 @@ static uint32_t track_tid(const struct trace_track *t)
     return trace_sync_tid(t->b, t->lane);
   case TRACK_GPU_NCCL:
     return trace_nccl_tid(t->b);
+  case TRACK_HOST_NVTX:
+    return trace_nvtx_tid(t->b);
   default:
     return 0;
   }
@@ -248,6 +251,9 @@ static int json_describe(struct trace_writer *w, struct trace_track *t)
     return json_name_event(w, t, name, len, 1, trace_stream_rank(t->b, 1 + t->lane));
   case TRACK_GPU_NCCL:
     return json_name_event(w, t, name, len, 1, trace_nccl_rank(t->b));
+  case TRACK_HOST_NVTX:
+    /* Below the threads (which have no sort index), in lane order. */
+    return json_name_event(w, t, name, len, 1, 1000000 + (int64_t)t->b);
   default:
     return 0; /* counters are named by their events */
   }
@@ -406,8 +412,42 @@ static const char *slice_cat(const struct trace_track *t, const struct trace_sli
   return t->kind == TRACK_GPU_SYNC ? "\"cuda_sync\"" : "\"cuda_api\"";
 }
 
+/* An NVTX range or mark: the domain as "cat", no correlation; start/end ranges name their
+ * threads. */
+static int json_nvtx(struct trace_writer *w, struct trace_track *t, const struct trace_slice *s)
+{
+  size_t cat_len = strnlen(s->cat, TRACE_NAME_MAX);
+  char *start = trace_out_reserve(&w->out, (s->name_len + cat_len) * 6 + 512), *p = start;
+
+  if (!p)
+    return w->out.err;
+  p = event_open(w, p);
+  p = s->instant ? PUT(p, "{\"ph\":\"i\",\"s\":\"t\",\"cat\":") : PUT(p, "{\"ph\":\"X\",\"cat\":");
+  p = put_str(p, s->cat, cat_len);
+  p = PUT(p, ",\"name\":");
+  p = put_str(p, s->name, s->name_len);
+  p = put_pid_tid(p, w, t);
+  p = PUT(p, ",\"ts\":");
+  p = put_milli(p, rel(w, s->start));
+  if (!s->instant) {
+    p = PUT(p, ",\"dur\":");
+    p = put_milli(p, s->end - s->start);
+  }
+  if (t->kind == TRACK_HOST_NVTX) {
+    p = PUT(p, ",\"args\":{\"start_tid\":");
+    p = put_u64(p, s->start_tid);
+    p = PUT(p, ",\"end_tid\":");
+    p = put_u64(p, s->end_tid);
+    p = PUT(p, "}");
+  }
+  p = PUT(p, "}");
+  return event_commit(w, start, p, 1);
+}
+
 static int json_slice(struct trace_writer *w, struct trace_track *t, const struct trace_slice *s)
 {
+  if (s->cat)
+    return json_nvtx(w, t, s);
   char *start = trace_out_reserve(&w->out, s->name_len * 6 + 1024), *p = start;
   const char *cat = slice_cat(t, s);
   unsigned n = 1;
