@@ -18,6 +18,7 @@
 #include "agent/ctx_map.h"
 #include "agent/hoststack.h"
 #include "agent/nccl.h"
+#include "agent/nvtx.h"
 #include "agent/oom.h"
 #include "agent/profiles.h"
 #include "agent/summary.h"
@@ -224,6 +225,8 @@ static void init_once_fn(void)
     subscriber_enable_ondemand();
   else
     subscriber_enable();
+  /* CUPTI takes the NVTX gate's table now if a module was injected before cuInit. */
+  nvtx_agent_active();
   capture_start_configured();
   /* Last: a capture the gpuprof command starts finds everything running. Failure only
    * disables the socket. */

@@ -24,6 +24,7 @@
 #include "agent/event.h"
 #include "agent/hoststack.h"
 #include "agent/nccl.h"
+#include "agent/nvtx.h"
 #include "agent/profiles.h"
 #include "agent/stack.h"
 #include "agent/thread.h"
@@ -154,22 +155,18 @@ static struct api_ring *ring_claim(uint32_t tid)
   return r;
 }
 
-void capture_api_exit(struct thread_state *ts, uint32_t corr_id, const char *function_name,
-                      int flow, uint64_t exit_ns)
+/* The thread's ring slot for one more record, claiming a ring on its first use; NULL when
+ * the record is dropped (and counted). Publish with ring_publish. */
+static struct api_rec *ring_slot(struct thread_state *ts, uint32_t *head)
 {
-  struct thread_call *top = thread_top_call(ts);
   struct api_ring *r = ts->capture_ring;
-  struct api_rec *rec;
   uint32_t h, t;
 
-  /* The ENTER was seen (not a call that was open when callbacks were switched on). */
-  if (!top || top->corr_id != corr_id || !top->enter_ns || !function_name)
-    return;
   if (!r) {
     r = ring_claim(ts->tid);
     if (!r) {
       atomic_fetch_add_explicit(&rings_failed, 1, memory_order_relaxed);
-      return;
+      return NULL;
     }
     ts->capture_ring = r;
   }
@@ -177,15 +174,63 @@ void capture_api_exit(struct thread_state *ts, uint32_t corr_id, const char *fun
   t = atomic_load_explicit(&r->tail, memory_order_acquire);
   if (h - t >= RING_SIZE) {
     atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
-    return;
+    return NULL;
   }
-  rec = &r->recs[h & RING_MASK];
+  *head = h;
+  return &r->recs[h & RING_MASK];
+}
+
+static void ring_publish(struct thread_state *ts, uint32_t head)
+{
+  struct api_ring *r = ts->capture_ring;
+
+  atomic_store_explicit(&r->head, head + 1, memory_order_release);
+}
+
+void capture_api_exit(struct thread_state *ts, uint32_t corr_id, const char *function_name,
+                      int flow, uint64_t exit_ns)
+{
+  struct thread_call *top = thread_top_call(ts);
+  struct api_rec *rec;
+  uint32_t h;
+
+  /* The ENTER was seen (not a call that was open when callbacks were switched on). */
+  if (!top || top->corr_id != corr_id || !top->enter_ns || !function_name)
+    return;
+  rec = ring_slot(ts, &h);
+  if (!rec)
+    return;
   rec->name = function_name;
   rec->enter_ns = top->enter_ns;
   rec->exit_ns = exit_ns;
   rec->corr_id = corr_id;
   rec->flow = (uint32_t)flow;
-  atomic_store_explicit(&r->head, h + 1, memory_order_release);
+  ring_publish(ts, h);
+}
+
+atomic_int capture_nvtx_on;
+
+/* NVTX records share the API ring (their order against the thread's API calls is kept):
+ * `flow` holds the kind (>= CAPTURE_NVTX_RANGE, API calls have 0 or 1), corr_id the domain
+ * index in its low 8 bits and, for start/end ranges, the starting thread above them. */
+#define NVTX_DOMAIN_BITS 8u
+
+void capture_nvtx(uint32_t kind, const char *name, uint32_t domain, uint64_t start_ns,
+                  uint64_t end_ns, uint32_t start_tid)
+{
+  struct thread_state *ts = thread_state_get();
+  struct api_rec *rec;
+  uint32_t h;
+
+  rec = ring_slot(ts, &h);
+  if (!rec)
+    return;
+  rec->name = name;
+  rec->enter_ns = start_ns;
+  rec->exit_ns = end_ns;
+  rec->corr_id = (domain & ((1u << NVTX_DOMAIN_BITS) - 1)) | start_tid << NVTX_DOMAIN_BITS;
+  rec->flow = kind;
+  ring_publish(ts, h);
 }
 
 /* ---- the capture ---- */
@@ -577,6 +622,13 @@ int capture_start(const struct capture_params *p, char *err, size_t err_len)
   /* On demand, collection starts now (cupti.md 2.8); continuous mode already collects. */
   if (cap.cfg->mode == CONFIG_MODE_ONDEMAND)
     subscriber_capture_begin(!gpu_only);
+  /* NVTX ranges: in full captures only, in both modes (nothing else uses them). The epoch
+   * first, so that no range opened in an earlier capture pairs with this one's pops. */
+  if (!gpu_only && cap.cfg->nvtx) {
+    nvtx_capture_begin((uint32_t)id);
+    atomic_store_explicit(&capture_nvtx_on, 1, memory_order_relaxed);
+    subscriber_nvtx_events(1);
+  }
   pthread_mutex_unlock(&switch_lock);
   log_info("capture %llu started (%s%s, %llu ms, trigger %s): %s", (unsigned long long)id,
            trace_format_suffix(fmt) + 1, gpu_only ? ", GPU only" : "",
@@ -715,6 +767,26 @@ static void gpu_wait_flush_one(struct gpu_wait *g)
   }
 }
 
+static void handle_nvtx(uint32_t tid, const struct api_rec *rec)
+{
+  const char *domain = nvtx_domain_name(rec->corr_id & ((1u << NVTX_DOMAIN_BITS) - 1));
+
+  switch (rec->flow) {
+  case CAPTURE_NVTX_RANGE:
+    note_write(trace_writer_nvtx_range(wk.w, tid, domain, rec->name, rec->enter_ns, rec->exit_ns));
+    break;
+  case CAPTURE_NVTX_MARK:
+    note_write(trace_writer_nvtx_mark(wk.w, tid, domain, rec->name, rec->enter_ns));
+    break;
+  case CAPTURE_NVTX_SPAN:
+    note_write(trace_writer_nvtx_span(wk.w, domain, rec->name, rec->enter_ns, rec->exit_ns,
+                                      rec->corr_id >> NVTX_DOMAIN_BITS, tid));
+    break;
+  default:
+    break;
+  }
+}
+
 static void handle_api(struct api_ring *r, const struct api_rec *rec)
 {
   uint32_t tid = r->tid;
@@ -726,6 +798,10 @@ static void handle_api(struct api_ring *r, const struct api_rec *rec)
   if (rec->exit_ns < wk.start_ns || rec->enter_ns >= window_end())
     return;
   name_thread(r);
+  if (rec->flow >= CAPTURE_NVTX_RANGE) {
+    handle_nvtx(tid, rec);
+    return;
+  }
   if (!rec->flow || !wk.flows || !wk.pending) {
     write_api(tid, rec, 0);
     return;
@@ -1279,6 +1355,13 @@ static void finish(void)
   trace_writer_meta_uint(wk.w, "api_rings",
                          atomic_load_explicit(&rings_allocated, memory_order_relaxed));
   trace_writer_meta_uint(wk.w, "zero_timestamp_records", ws.zero_timestamps - cap.zero_ts_at_start);
+  if (!wk.gpu_only && cap.cfg->nvtx) {
+    struct nvtx_stats nv;
+    nvtx_get_stats(&nv);
+    trace_writer_meta_uint(wk.w, "nvtx_unmatched", nv.unmatched);
+    trace_writer_meta_uint(wk.w, "nvtx_crossed", nv.crossed);
+    trace_writer_meta_uint(wk.w, "nvtx_dropped", nv.dropped);
+  }
   trace_writer_stats(wk.w, &ts);
   cap_hit = ts.stopped;
   error = wk.error;
@@ -1366,7 +1449,7 @@ static void on_tick(void *arg, uint64_t now_ns)
 {
   struct trace_writer *w = atomic_load_explicit(&cap.live, memory_order_acquire);
   struct trace_stats ts;
-  int begin_end = 0, do_finish = 0;
+  int begin_end = 0, do_finish = 0, nvtx_was_on = 0;
 
   (void)arg;
   rate_tick(now_ns);
@@ -1407,6 +1490,7 @@ static void on_tick(void *arg, uint64_t now_ns)
     atomic_store_explicit(&cap.end_pub, cap.deadline_ns, memory_order_relaxed);
     cap.phase = PHASE_ENDING;
     atomic_store_explicit(&capture_api_on, 0, memory_order_relaxed);
+    nvtx_was_on = atomic_exchange_explicit(&capture_nvtx_on, 0, memory_order_relaxed);
     begin_end = 1;
   } else if (cap.phase == PHASE_ENDING && wk.flushed) {
     do_finish = 1;
@@ -1420,9 +1504,14 @@ static void on_tick(void *arg, uint64_t now_ns)
       cupti_fn.ActivityFlushAll(0);
       worker_flush_end();
     }
-    if (cap.cfg->mode == CONFIG_MODE_ONDEMAND) {
+    if (cap.cfg->mode == CONFIG_MODE_ONDEMAND || nvtx_was_on) {
       pthread_mutex_lock(&switch_lock);
-      subscriber_capture_end(); /* no residual overhead once the capture is over */
+      if (cap.cfg->mode == CONFIG_MODE_ONDEMAND)
+        subscriber_capture_end(); /* no residual overhead once the capture is over */
+      if (nvtx_was_on) {
+        subscriber_nvtx_events(0);
+        nvtx_capture_end();
+      }
       pthread_mutex_unlock(&switch_lock);
     }
     wk.flushed = 1;
@@ -1611,6 +1700,7 @@ void capture_shutdown(int worker_stopped)
   cap.shutdown = 1;
   pthread_cond_broadcast(&cap.done);
   atomic_store_explicit(&capture_api_on, 0, memory_order_relaxed);
+  atomic_store_explicit(&capture_nvtx_on, 0, memory_order_relaxed);
   if (cap.phase != PHASE_IDLE && cap.deadline_ns > clock_realtime_ns()) {
     cap.deadline_ns = clock_realtime_ns();
     atomic_store_explicit(&cap.end_pub, cap.deadline_ns, memory_order_relaxed);

@@ -92,4 +92,25 @@ static inline int capture_api_active(void)
 void capture_api_exit(struct thread_state *ts, uint32_t corr_id, const char *function_name,
                       int flow, uint64_t exit_ns);
 
+/* ---- NVTX (agent/nvtx.c) ---- */
+
+/* Nonzero while a full capture records NVTX ranges. */
+extern atomic_int capture_nvtx_on;
+
+static inline int capture_nvtx_active(void)
+{
+  return atomic_load_explicit(&capture_nvtx_on, memory_order_relaxed);
+}
+
+enum capture_nvtx_kind {
+  CAPTURE_NVTX_RANGE = 2, /* push/pop, on the calling thread's track */
+  CAPTURE_NVTX_MARK,      /* start_ns == end_ns */
+  CAPTURE_NVTX_SPAN,      /* start/end; start_tid: the thread that started it */
+};
+
+/* Queues one NVTX record on the calling thread's ring (as capture_api_exit). name: stable
+ * (interned); domain: agent/nvtx.h's index (0 default, < 256). */
+void capture_nvtx(uint32_t kind, const char *name, uint32_t domain, uint64_t start_ns,
+                  uint64_t end_ns, uint32_t start_tid);
+
 #endif

@@ -23,6 +23,7 @@ static const char *const known_vars[] = {
     "GPUPROF_STACKS",
     "GPUPROF_CAPTURE_ON_START",
     "GPUPROF_GPU_ONLY",
+    "GPUPROF_NVTX",
     "GPUPROF_TRACE_FORMAT",
     "GPUPROF_RUN_DIR",
     "GPUPROF_PYROSCOPE_URL",
@@ -87,6 +88,7 @@ void config_defaults(struct config *cfg)
   cfg->window_ns = CONFIG_DEFAULT_WINDOW_NS;
   cfg->stacks = CONFIG_STACKS_SAMPLED;
   cfg->trace_format = CONFIG_TRACE_JSON_GZ;
+  cfg->nvtx = 1;
   snprintf(cfg->run_dir, sizeof(cfg->run_dir), "%s", CONFIG_DEFAULT_OUTPUT_DIR "/run");
   snprintf(cfg->app_name, sizeof(cfg->app_name), "%s", program_invocation_short_name);
   cfg->buffer_size = CONFIG_DEFAULT_BUFFER_SIZE;
@@ -766,6 +768,12 @@ void config_load(struct config *cfg)
   if (v && config_parse_bool(v, &cfg->gpu_only)) {
     cfg->gpu_only = 0;
     bad_value("GPUPROF_GPU_ONLY", v, "0 or 1", "using 0");
+  }
+
+  v = env("GPUPROF_NVTX");
+  if (v && config_parse_bool(v, &cfg->nvtx)) {
+    cfg->nvtx = 1;
+    bad_value("GPUPROF_NVTX", v, "0 or 1", "using 1");
   }
 
   v = env("GPUPROF_TRACE_FORMAT");

@@ -47,6 +47,7 @@ struct config {
   enum config_stacks stacks;
   uint64_t capture_on_start_ns; /* 0: no capture at start */
   int gpu_only;
+  int nvtx; /* GPUPROF_NVTX: record NVTX ranges in full captures when NVTX is injected */
   enum config_trace_format trace_format;
   int trace_format_set;    /* GPUPROF_TRACE_FORMAT was given (else captures may pick by size) */
   uint64_t trace_max_size; /* size cap of one capture's trace file, bytes */

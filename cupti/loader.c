@@ -80,6 +80,7 @@ static const struct {
     OPT(GetDeviceId, "cuptiGetDeviceId"),
     OPT(GetContextId, "cuptiGetContextId"),
     OPT(GetGraphNodeId, "cuptiGetGraphNodeId"),
+    OPT(NvtxInitialize2, "cuptiNvtxInitialize2"),
 #undef SYM
 #undef OPT
 };

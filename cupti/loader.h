@@ -39,6 +39,10 @@ struct cupti_api {
   CUptiResult (*GetContextId)(CUcontext context, uint32_t *context_id);
   /* Optional: without it graph kernels keep the graph launch's stack (agent/graph_map.h). */
   CUptiResult (*GetGraphNodeId)(CUgraphNode node, uint64_t *node_id);
+  /* Optional: NVTX v3 injection (exported by libcupti, declared in no 13.0 header: cupti.md
+   * 1.3). The argument is an NVTX module's NvtxGetExportTableFunc_t. Without it NVTX calls
+   * stay no-ops (agent/nvtx.h). */
+  CUptiResult (*NvtxInitialize2)(void *get_export_table);
 };
 
 extern struct cupti_api cupti_fn;

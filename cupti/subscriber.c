@@ -15,7 +15,9 @@
 #include "agent/ctx_map.h"
 #include "agent/graph_map.h"
 #include "agent/hoststack.h"
+#include "agent/config.h"
 #include "agent/nccl.h"
+#include "agent/nvtx.h"
 #include "agent/oom.h"
 #include "agent/stack.h"
 #include "agent/thread.h"
@@ -514,6 +516,8 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     on_api(domain, cbid, data);
   else if (domain == CUPTI_CB_DOMAIN_RESOURCE)
     on_resource(cbid, data);
+  else if (domain == CUPTI_CB_DOMAIN_NVTX)
+    nvtx_on_callback(cbid, data);
   guard_leave(saved);
 }
 
@@ -710,12 +714,60 @@ static void enable_kinds(int which)
              n_failed == n_tried && which == (KINDS_RECORDS | KINDS_OBJECTS) ? "any GPU" : "those");
 }
 
+/*
+ * NVTX (agent/nvtx.h). Domain and string registrations happen once per object, often long
+ * before a capture: always on (cupti.md 1.4; they fire only when NVTX_INJECTION64_PATH names
+ * the agent). The events only during full captures.
+ */
+static const CUpti_CallbackId nvtx_registration_cbids[] = {
+    CUPTI_CBID_NVTX_nvtxDomainCreateA,
+    CUPTI_CBID_NVTX_nvtxDomainRegisterStringA,
+};
+static const CUpti_CallbackId nvtx_event_cbids[] = {
+    CUPTI_CBID_NVTX_nvtxMarkA,          CUPTI_CBID_NVTX_nvtxMarkEx,
+    CUPTI_CBID_NVTX_nvtxRangeStartA,    CUPTI_CBID_NVTX_nvtxRangeStartEx,
+    CUPTI_CBID_NVTX_nvtxRangeEnd,       CUPTI_CBID_NVTX_nvtxRangePushA,
+    CUPTI_CBID_NVTX_nvtxRangePushEx,    CUPTI_CBID_NVTX_nvtxRangePop,
+    CUPTI_CBID_NVTX_nvtxDomainMarkEx,   CUPTI_CBID_NVTX_nvtxDomainRangeStartEx,
+    CUPTI_CBID_NVTX_nvtxDomainRangeEnd, CUPTI_CBID_NVTX_nvtxDomainRangePushEx,
+    CUPTI_CBID_NVTX_nvtxDomainRangePop,
+};
+
+static unsigned set_nvtx_callbacks(uint32_t enable, const CUpti_CallbackId *cbids, size_t n)
+{
+  unsigned failed = 0;
+
+  for (size_t i = 0; i < n; i++)
+    if (cupti_fn.EnableCallback(enable, subscriber, CUPTI_CB_DOMAIN_NVTX, cbids[i]) !=
+        CUPTI_SUCCESS)
+      failed++;
+  return failed;
+}
+
+void subscriber_nvtx_events(int on)
+{
+  if (!agent_config()->nvtx)
+    return;
+  if (set_nvtx_callbacks(on ? 1 : 0, nvtx_event_cbids,
+                         sizeof(nvtx_event_cbids) / sizeof(nvtx_event_cbids[0])))
+    log_debug("some NVTX callbacks could not be %s", on ? "enabled" : "disabled");
+}
+
+static void enable_nvtx_registrations(void)
+{
+  if (agent_config()->nvtx &&
+      set_nvtx_callbacks(1, nvtx_registration_cbids,
+                         sizeof(nvtx_registration_cbids) / sizeof(nvtx_registration_cbids[0])))
+    log_debug("the NVTX registration callbacks could not be enabled");
+}
+
 void subscriber_enable(void)
 {
   unsigned n, failed;
 
   cbid_table(&n);
   failed = set_api_callbacks(1) + enable_resource_callbacks();
+  enable_nvtx_registrations();
   if (failed)
     log_info("%u of %zu callbacks could not be enabled (run with GPUPROF_LOG=debug for the list)",
              failed, (size_t)n + sizeof(resource_cbids) / sizeof(resource_cbids[0]));
@@ -724,6 +776,7 @@ void subscriber_enable(void)
 
 void subscriber_enable_ondemand(void)
 {
+  enable_nvtx_registrations();
   if (enable_resource_callbacks())
     log_info("some resource callbacks could not be enabled (run with GPUPROF_LOG=debug)");
   enable_kinds(KINDS_OBJECTS);

@@ -28,6 +28,10 @@ void subscriber_capture_begin(int api_callbacks);
 /* On-demand capture end (after a FlushAll): API callbacks and trace kinds off again. */
 void subscriber_capture_end(void);
 
+/* Full (not GPU-only) capture start (1) and end (0): the NVTX event callbacks (agent/nvtx.h).
+ * Nothing when GPUPROF_NVTX=0. */
+void subscriber_nvtx_events(int on);
+
 /* Exit: disables the activity kinds so that no new records are produced. */
 void subscriber_disable_activity(void);
 

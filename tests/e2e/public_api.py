@@ -19,7 +19,8 @@ failures = []
 ENODEV, EBUSY, ENOENT, EINVAL = 19, 16, 2, 22
 
 EXPORTED = {"InitializeInjection", "gpuprof_capture_start", "gpuprof_capture_stop",
-            "ncclProfiler_v5", "ncclProfiler_v4", "ncclProfiler_v3"}
+            "ncclProfiler_v5", "ncclProfiler_v4", "ncclProfiler_v3",
+            "InitializeInjectionNvtx2"}
 
 
 def check(cond, msg):
