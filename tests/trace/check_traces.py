@@ -460,6 +460,7 @@ def rebuild(trace, path):
                       f"{one(ev, 'name_iid')} not interned")
             cats = [st["cats"].get(c) for c in ev.get("category_iids", [])]
             check(None not in cats, f"{path}: sequence {seq}: category iid not interned")
+            cats += ev.get("categories", [])  # NVTX domains, inline
             ts = one(p, "timestamp")
             clock = one(p, "timestamp_clock_id", st["clock"])
             if clock is not None and clock >= 64:
@@ -489,7 +490,7 @@ def rebuild(trace, path):
             elif typ == "TYPE_COUNTER":
                 counters[uuid].append((ts, one(ev, "counter_value")))
             elif typ == "TYPE_INSTANT":
-                instants.append(rec)
+                instants.append(dict(rec, track=uuid))
     check(seq_ok, f"{path}: packet without a trusted_packet_sequence_id")
     # The importer sorts events by timestamp, equal timestamps in file order (TraceSorter
     # compares (ts, position)), and only then matches each END with the innermost open slice
