@@ -173,7 +173,7 @@ static void client_end(void)
 static void client_code(int enter)
 {
   if (enter)
-    client_begin(2);
+    client_begin(enter == 2 ? 1 : 2); /* 2: a callback (kind 1), 1: a buffer callback */
   else
     client_end();
 }

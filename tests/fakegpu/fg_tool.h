@@ -54,8 +54,9 @@ struct fg_driver_ops {
   int (*graph_id)(CUgraph graph, uint32_t *id);
   int (*graph_exec_id)(CUgraphExec exec, uint32_t *id);
   uint64_t (*idle_time)(void);                   /* as fakegpu_gpu_idle_time_ns */
-  /* Around the client's buffer request / completion callback: the driver calls made in
-   * between are the client's (enter 1, then 0), see check_call_site in driver_api.c. */
+  /* Around the client's buffer request / completion callback (enter 1, then 0) or a
+   * callback CUPTI makes itself, an NVTX one (enter 2, then 0): the driver calls made in
+   * between are the client's, see check_call_site in driver_api.c. */
   void (*client_code)(int enter);
 };
 
