@@ -147,6 +147,7 @@ SPECS = {
     "GPUPROF_STACKS": (choice("off", "alloc", "sampled", "all"), "plain"),
     "GPUPROF_CAPTURE_ON_START": (duration(1, 24 * 3600 * 10**9), "plain"),
     "GPUPROF_GPU_ONLY": (BOOL, "plain"),
+    "GPUPROF_NVTX": (BOOL, "plain"),
     "GPUPROF_TRACE_FORMAT": (choice("json", "json.gz", "perfetto"), "plain"),
     "GPUPROF_RUN_DIR": (PATH, "used"),
     "GPUPROF_PYROSCOPE_URL": (url, "secret"),

@@ -123,6 +123,8 @@ static void read_faults(void)
       cu_fault.kinds_refused = 1;
     else if (strcmp(t, "late_delivery") == 0)
       cu_fault.late_delivery = 1;
+    else if (strcmp(t, "nvtx_needs_session") == 0)
+      cu_fault.nvtx_needs_session = 1;
   }
   free(copy);
 }

@@ -25,6 +25,9 @@ struct cu_faults {
   int hung_flush;     /* cuptiActivityFlushAll(0) never returns */
   int kinds_refused;  /* cuptiActivityEnable(AndDump) answers CUPTI_ERROR_NOT_SUPPORTED */
   int late_delivery;  /* the worker hands its first batch over after a flush that missed it */
+  /* NVTX marks, ranges and nvtxNameOsThreadA called with no subscriber abort, as the real
+   * 13.0 library without a driver crashes in them (README "NVTX") */
+  int nvtx_needs_session;
 };
 extern struct cu_faults cu_fault;
 

@@ -59,6 +59,15 @@ static void deliver(CUpti_CallbackId cbid, const char *name, const void *params,
     cu_drv->client_code(0);
 }
 
+/* FAKEGPU_CUPTI_FAULT=nvtx_needs_session: where the real library crashes without a session. */
+static void need_session(const char *name)
+{
+  if (cu_fault.nvtx_needs_session && !cu_subscribed())
+    cu_fatal("%s called through CUPTI's NVTX with no CUPTI session: the real 13.0 library "
+             "crashes there (tests/fakegpu/README.md \"NVTX\")",
+             name);
+}
+
 static int push_depth(void) { return t_depth++; }
 
 static int pop_depth(void)
@@ -77,18 +86,21 @@ static nvtxRangeId_t next_range_id(void)
 
 static void NVTX_API fg_nvtxMarkEx(const nvtxEventAttributes_t *eventAttrib)
 {
+  need_session("nvtxMarkEx");
   nvtxMarkEx_params p = {eventAttrib};
   deliver(CUPTI_CBID_NVTX_nvtxMarkEx, "nvtxMarkEx", &p, NULL);
 }
 
 static void NVTX_API fg_nvtxMarkA(const char *message)
 {
+  need_session("nvtxMarkA");
   nvtxMarkA_params p = {message};
   deliver(CUPTI_CBID_NVTX_nvtxMarkA, "nvtxMarkA", &p, NULL);
 }
 
 static nvtxRangeId_t NVTX_API fg_nvtxRangeStartEx(const nvtxEventAttributes_t *eventAttrib)
 {
+  need_session("nvtxRangeStartEx");
   nvtxRangeStartEx_params p = {eventAttrib};
   nvtxRangeId_t id = next_range_id();
   deliver(CUPTI_CBID_NVTX_nvtxRangeStartEx, "nvtxRangeStartEx", &p, &id);
@@ -97,6 +109,7 @@ static nvtxRangeId_t NVTX_API fg_nvtxRangeStartEx(const nvtxEventAttributes_t *e
 
 static nvtxRangeId_t NVTX_API fg_nvtxRangeStartA(const char *message)
 {
+  need_session("nvtxRangeStartA");
   nvtxRangeStartA_params p = {message};
   nvtxRangeId_t id = next_range_id();
   deliver(CUPTI_CBID_NVTX_nvtxRangeStartA, "nvtxRangeStartA", &p, &id);
@@ -105,12 +118,14 @@ static nvtxRangeId_t NVTX_API fg_nvtxRangeStartA(const char *message)
 
 static void NVTX_API fg_nvtxRangeEnd(nvtxRangeId_t id)
 {
+  need_session("nvtxRangeEnd");
   nvtxRangeEnd_params p = {id};
   deliver(CUPTI_CBID_NVTX_nvtxRangeEnd, "nvtxRangeEnd", &p, NULL);
 }
 
 static int NVTX_API fg_nvtxRangePushEx(const nvtxEventAttributes_t *eventAttrib)
 {
+  need_session("nvtxRangePushEx");
   nvtxRangePushEx_params p = {eventAttrib};
   int r = push_depth();
   deliver(CUPTI_CBID_NVTX_nvtxRangePushEx, "nvtxRangePushEx", &p, &r);
@@ -119,6 +134,7 @@ static int NVTX_API fg_nvtxRangePushEx(const nvtxEventAttributes_t *eventAttrib)
 
 static int NVTX_API fg_nvtxRangePushA(const char *message)
 {
+  need_session("nvtxRangePushA");
   nvtxRangePushA_params p = {message};
   int r = push_depth();
   deliver(CUPTI_CBID_NVTX_nvtxRangePushA, "nvtxRangePushA", &p, &r);
@@ -127,6 +143,7 @@ static int NVTX_API fg_nvtxRangePushA(const char *message)
 
 static int NVTX_API fg_nvtxRangePop(void)
 {
+  need_session("nvtxRangePop");
   nvtxRangePop_params p = {NULL};
   int r = pop_depth();
   deliver(CUPTI_CBID_NVTX_nvtxRangePop, "nvtxRangePop", &p, &r);
@@ -135,6 +152,7 @@ static int NVTX_API fg_nvtxRangePop(void)
 
 static void NVTX_API fg_nvtxNameOsThreadA(uint32_t threadId, const char *name)
 {
+  need_session("nvtxNameOsThreadA");
   nvtxNameOsThreadA_params p = {threadId, name};
   deliver(CUPTI_CBID_NVTX_nvtxNameOsThreadA, "nvtxNameOsThreadA", &p, NULL);
 }
@@ -144,6 +162,7 @@ static void NVTX_API fg_nvtxNameOsThreadA(uint32_t threadId, const char *name)
 static void NVTX_API fg_nvtxDomainMarkEx(nvtxDomainHandle_t domain,
                                          const nvtxEventAttributes_t *eventAttrib)
 {
+  need_session("nvtxDomainMarkEx");
   nvtxDomainMarkEx_params p = {domain, {eventAttrib}};
   deliver(CUPTI_CBID_NVTX_nvtxDomainMarkEx, "nvtxDomainMarkEx", &p, NULL);
 }
@@ -151,6 +170,7 @@ static void NVTX_API fg_nvtxDomainMarkEx(nvtxDomainHandle_t domain,
 static nvtxRangeId_t NVTX_API fg_nvtxDomainRangeStartEx(nvtxDomainHandle_t domain,
                                                         const nvtxEventAttributes_t *eventAttrib)
 {
+  need_session("nvtxDomainRangeStartEx");
   nvtxDomainRangeStartEx_params p = {domain, {eventAttrib}};
   nvtxRangeId_t id = next_range_id();
   deliver(CUPTI_CBID_NVTX_nvtxDomainRangeStartEx, "nvtxDomainRangeStartEx", &p, &id);
@@ -159,6 +179,7 @@ static nvtxRangeId_t NVTX_API fg_nvtxDomainRangeStartEx(nvtxDomainHandle_t domai
 
 static void NVTX_API fg_nvtxDomainRangeEnd(nvtxDomainHandle_t domain, nvtxRangeId_t id)
 {
+  need_session("nvtxDomainRangeEnd");
   nvtxDomainRangeEnd_params p = {domain, {id}};
   deliver(CUPTI_CBID_NVTX_nvtxDomainRangeEnd, "nvtxDomainRangeEnd", &p, NULL);
 }
@@ -166,6 +187,7 @@ static void NVTX_API fg_nvtxDomainRangeEnd(nvtxDomainHandle_t domain, nvtxRangeI
 static int NVTX_API fg_nvtxDomainRangePushEx(nvtxDomainHandle_t domain,
                                              const nvtxEventAttributes_t *eventAttrib)
 {
+  need_session("nvtxDomainRangePushEx");
   nvtxDomainRangePushEx_params p = {domain, {eventAttrib}};
   int r = push_depth();
   deliver(CUPTI_CBID_NVTX_nvtxDomainRangePushEx, "nvtxDomainRangePushEx", &p, &r);
@@ -174,6 +196,7 @@ static int NVTX_API fg_nvtxDomainRangePushEx(nvtxDomainHandle_t domain,
 
 static int NVTX_API fg_nvtxDomainRangePop(nvtxDomainHandle_t domain)
 {
+  need_session("nvtxDomainRangePop");
   nvtxDomainRangePop_params p = {domain};
   int r = pop_depth();
   deliver(CUPTI_CBID_NVTX_nvtxDomainRangePop, "nvtxDomainRangePop", &p, &r);

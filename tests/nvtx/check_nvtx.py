@@ -71,6 +71,9 @@ def run(a, env_extra, args=()):
     if "ASAN_OPTIONS" in env:  # the agent is preloaded before the sanitizer runtime
         env["ASAN_OPTIONS"] += ":verify_asan_link_order=0"
     env["NVTX_INJECTION64_PATH"] = a.agent
+    # The real CUPTI 13.0 crashes in its NVTX calls without a session: the agent must not
+    # pass any on before it is active (agent/nvtx.h).
+    env["FAKEGPU_CUPTI_FAULT"] = "nvtx_needs_session"
     env.update(env_extra)
     for k in [k for k, v in env_extra.items() if v is None]:
         del env[k]
