@@ -405,6 +405,9 @@ void nvtx_on_callback(CUpti_CallbackId cbid, const void *cbdata)
     on_push(attrib_name(q->core.eventAttrib), domain_index(q->domain));
     break;
   }
+  case CUPTI_CBID_NVTX_nvtxRangePushW:
+    on_push(unicode_name, 0);
+    break;
   case CUPTI_CBID_NVTX_nvtxRangePop:
     on_pop(0);
     break;
@@ -418,6 +421,9 @@ void nvtx_on_callback(CUpti_CallbackId cbid, const void *cbdata)
     on_mark(q->message ? intern(q->message, NAME_MAX_LEN) : unnamed, 0);
     break;
   }
+  case CUPTI_CBID_NVTX_nvtxMarkW:
+    on_mark(unicode_name, 0);
+    break;
   case CUPTI_CBID_NVTX_nvtxMarkEx: {
     const nvtxMarkEx_params *q = p;
     on_mark(attrib_name(q->eventAttrib), 0);
@@ -433,6 +439,9 @@ void nvtx_on_callback(CUpti_CallbackId cbid, const void *cbdata)
     on_start(d->functionReturnValue, q->message ? intern(q->message, NAME_MAX_LEN) : unnamed, 0);
     break;
   }
+  case CUPTI_CBID_NVTX_nvtxRangeStartW:
+    on_start(d->functionReturnValue, unicode_name, 0);
+    break;
   case CUPTI_CBID_NVTX_nvtxRangeStartEx: {
     const nvtxRangeStartEx_params *q = p;
     on_start(d->functionReturnValue, attrib_name(q->eventAttrib), 0);
@@ -525,12 +534,14 @@ struct gate_domain {
 };
 
 struct gate_string {
+  struct gate_string *next; /* all of them stay reachable: handles live as long as the process */
   struct gate_domain *domain;
   _Atomic(nvtxStringHandle_t) cupti;
   char text[];
 };
 
 static struct gate_domain *gate_domains; /* setup_lock */
+static struct gate_string *gate_strings; /* setup_lock */
 static uint32_t gate_domain_count, gate_string_count;
 
 static nvtxDomainHandle_t cupti_domain(nvtxDomainHandle_t h)
@@ -634,6 +645,28 @@ static int NVTX_API gate_RangePushA(const char *m)
   return NO_PUSH_POP_TRACKING;
 }
 
+/* Wide-character calls: passed on like the others (so that their pops pair), recorded with a
+ * placeholder name (no conversion on the application's thread). */
+static void NVTX_API gate_MarkW(const wchar_t *m)
+{
+  if (live() && CORE(MarkW, nvtxMarkW_impl_fntype))
+    CORE(MarkW, nvtxMarkW_impl_fntype)(m);
+}
+
+static nvtxRangeId_t NVTX_API gate_RangeStartW(const wchar_t *m)
+{
+  if (live() && CORE(RangeStartW, nvtxRangeStartW_impl_fntype))
+    return CORE(RangeStartW, nvtxRangeStartW_impl_fntype)(m);
+  return 0;
+}
+
+static int NVTX_API gate_RangePushW(const wchar_t *m)
+{
+  if (live() && CORE(RangePushW, nvtxRangePushW_impl_fntype))
+    return CORE(RangePushW, nvtxRangePushW_impl_fntype)(m);
+  return NO_PUSH_POP_TRACKING;
+}
+
 static int NVTX_API gate_RangePop(void)
 {
   if (live() && CORE(RangePop, nvtxRangePop_impl_fntype))
@@ -718,6 +751,8 @@ static nvtxStringHandle_t NVTX_API gate_DomainRegisterStringA(nvtxDomainHandle_t
   if (gate_string_count < 65536 && (s = calloc(1, sizeof(*s) + len + 1))) {
     s->domain = (struct gate_domain *)domain;
     memcpy(s->text, t, len);
+    s->next = gate_strings;
+    gate_strings = s;
     gate_string_count++;
   }
   pthread_mutex_unlock(&setup_lock);
@@ -734,11 +769,11 @@ struct gate_slot {
 #define GATE(f) ((NvtxFunctionPointer)(void (*)(void))(f))
 
 /*
- * The calls the gate takes. Left to NVTX's no-ops: the W (wchar_t) forms (a unicode message
- * is not recorded anyway), the category, OS thread, CUDA/CUDART object naming and sync calls
- * (nothing in a trace uses them; nvtxNameOsThreadA is the call that crashes in CUPTI 13.0's
- * NVTX injection, NVIDIA/NVTX#125), nvtxDomainResourceCreate/Destroy and nvtxDomainDestroy
- * (the agent's domain objects stay valid; CUPTI keeps its domain).
+ * The calls the gate takes. Left to NVTX's no-ops: nvtxDomainRegisterStringW (an Ex call
+ * naming such a string gets the unnamed placeholder), the category, OS thread, CUDA/CUDART object
+ * naming and sync calls (nothing in a trace uses them; nvtxNameOsThreadA is the call that crashes
+ * in CUPTI 13.0's NVTX injection, NVIDIA/NVTX#125), nvtxDomainResourceCreate/Destroy and
+ * nvtxDomainDestroy (the agent's domain objects stay valid; CUPTI keeps its domain).
  */
 static const struct gate_slot gate_core[] = {
     {NVTX_CBID_CORE_MarkEx, GATE(gate_MarkEx)},
@@ -749,6 +784,9 @@ static const struct gate_slot gate_core[] = {
     {NVTX_CBID_CORE_RangePushEx, GATE(gate_RangePushEx)},
     {NVTX_CBID_CORE_RangePushA, GATE(gate_RangePushA)},
     {NVTX_CBID_CORE_RangePop, GATE(gate_RangePop)},
+    {NVTX_CBID_CORE_MarkW, GATE(gate_MarkW)},
+    {NVTX_CBID_CORE_RangeStartW, GATE(gate_RangeStartW)},
+    {NVTX_CBID_CORE_RangePushW, GATE(gate_RangePushW)},
 };
 
 static const struct gate_slot gate_core2[] = {
@@ -881,16 +919,6 @@ void nvtx_agent_active(void)
   pthread_mutex_lock(&setup_lock);
   attach_locked();
   pthread_mutex_unlock(&setup_lock);
-}
-
-int nvtx_injected(void)
-{
-  int r;
-
-  pthread_mutex_lock(&setup_lock);
-  r = injected;
-  pthread_mutex_unlock(&setup_lock);
-  return r;
 }
 
 /* A forked child: a parent thread may have held the lock at the fork. The child's agent is

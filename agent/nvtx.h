@@ -33,9 +33,6 @@
 
 /* The agent became active (agent/agent.c, after the subscriber enabled its callbacks). */
 void nvtx_agent_active(void);
-/* Nonzero once an NVTX module was injected and the knob allows it: the subscriber then
- * enables the domain and string registration callbacks. */
-int nvtx_injected(void);
 
 /* CUPTI_CB_DOMAIN_NVTX callbacks (cupti/subscriber.c, inside the agent's guard). */
 void nvtx_on_callback(CUpti_CallbackId cbid, const void *cbdata);

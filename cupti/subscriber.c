@@ -730,7 +730,8 @@ static const CUpti_CallbackId nvtx_event_cbids[] = {
     CUPTI_CBID_NVTX_nvtxRangePushEx,    CUPTI_CBID_NVTX_nvtxRangePop,
     CUPTI_CBID_NVTX_nvtxDomainMarkEx,   CUPTI_CBID_NVTX_nvtxDomainRangeStartEx,
     CUPTI_CBID_NVTX_nvtxDomainRangeEnd, CUPTI_CBID_NVTX_nvtxDomainRangePushEx,
-    CUPTI_CBID_NVTX_nvtxDomainRangePop,
+    CUPTI_CBID_NVTX_nvtxDomainRangePop, CUPTI_CBID_NVTX_nvtxMarkW,
+    CUPTI_CBID_NVTX_nvtxRangeStartW,    CUPTI_CBID_NVTX_nvtxRangePushW,
 };
 
 static unsigned set_nvtx_callbacks(uint32_t enable, const CUpti_CallbackId *cbids, size_t n)

@@ -416,7 +416,7 @@ static const char *slice_cat(const struct trace_track *t, const struct trace_sli
  * threads. */
 static int json_nvtx(struct trace_writer *w, struct trace_track *t, const struct trace_slice *s)
 {
-  size_t cat_len = strnlen(s->cat, TRACE_NAME_MAX);
+  size_t cat_len = strnlen(s->cat, 255); /* the agent's domains are at most 63 bytes */
   char *start = trace_out_reserve(&w->out, (s->name_len + cat_len) * 6 + 512), *p = start;
 
   if (!p)

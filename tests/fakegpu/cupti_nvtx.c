@@ -21,10 +21,11 @@
  * generated_nvtx_meta.h, only while a subscriber has that NVTX cbid enabled. The return value
  * is computed before the callback, so functionReturnValue points at the value the caller gets.
  *
- * Filled: the ASCII and Ex forms of marks, start/end and push/pop ranges, nvtxNameOsThreadA,
- * and in CORE2 the domain versions, nvtxDomainRegisterStringA, nvtxDomainCreateA and
- * nvtxDomainDestroy. Not filled (the real library fills them, see README): the W (wchar_t)
- * forms, the category, CUDA, CUDART and SYNC naming calls: they stay no-ops here.
+ * Filled: the ASCII, W and Ex forms of marks, start/end and push/pop ranges,
+ * nvtxNameOsThreadA, and in CORE2 the domain versions, nvtxDomainRegisterStringA,
+ * nvtxDomainCreateA and nvtxDomainDestroy. Not filled (the real library fills them, see
+ * README): nvtxNameOsThreadW, nvtxDomainCreateW, the category, CUDA, CUDART and SYNC naming
+ * calls: they stay no-ops here.
  */
 
 /* Domain and registered-string handles are the double's objects; the caller only compares
@@ -150,6 +151,31 @@ static int NVTX_API fg_nvtxRangePop(void)
   return r;
 }
 
+static void NVTX_API fg_nvtxMarkW(const wchar_t *message)
+{
+  need_session("nvtxMarkW");
+  nvtxMarkW_params p = {message};
+  deliver(CUPTI_CBID_NVTX_nvtxMarkW, "nvtxMarkW", &p, NULL);
+}
+
+static nvtxRangeId_t NVTX_API fg_nvtxRangeStartW(const wchar_t *message)
+{
+  need_session("nvtxRangeStartW");
+  nvtxRangeStartW_params p = {message};
+  nvtxRangeId_t id = next_range_id();
+  deliver(CUPTI_CBID_NVTX_nvtxRangeStartW, "nvtxRangeStartW", &p, &id);
+  return id;
+}
+
+static int NVTX_API fg_nvtxRangePushW(const wchar_t *message)
+{
+  need_session("nvtxRangePushW");
+  nvtxRangePushW_params p = {message};
+  int r = push_depth();
+  deliver(CUPTI_CBID_NVTX_nvtxRangePushW, "nvtxRangePushW", &p, &r);
+  return r;
+}
+
 static void NVTX_API fg_nvtxNameOsThreadA(uint32_t threadId, const char *name)
 {
   need_session("nvtxNameOsThreadA");
@@ -267,6 +293,9 @@ static const struct slot core_slots[] = {
     {NVTX_CBID_CORE_RangePushA, FN(fg_nvtxRangePushA)},
     {NVTX_CBID_CORE_RangePop, FN(fg_nvtxRangePop)},
     {NVTX_CBID_CORE_NameOsThreadA, FN(fg_nvtxNameOsThreadA)},
+    {NVTX_CBID_CORE_MarkW, FN(fg_nvtxMarkW)},
+    {NVTX_CBID_CORE_RangeStartW, FN(fg_nvtxRangeStartW)},
+    {NVTX_CBID_CORE_RangePushW, FN(fg_nvtxRangePushW)},
 };
 
 static const struct slot core2_slots[] = {

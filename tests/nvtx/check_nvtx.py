@@ -38,10 +38,12 @@ MS = 1000000
 # from the sleeps inside them. Upper bound for all: the capture (seconds, not minutes).
 RANGES = collections.Counter({("main", "nvtx", "step"): 1, ("main", "nvtx", "inner"): 1,
                               ("main", "NCCL", "ncclAllReduce"): 1,
-                              ("main", "nvtx", "ex_range"): 1})
+                              ("main", "nvtx", "ex_range"): 1,
+                              ("main", "nvtx", "[nvtx: unicode message]"): 1})
 MIN_NS = {"step": 3 * MS, "inner": 1 * MS, "ex_range": 1 * MS, "ncclAllReduce": 1,
           "cross": 3 * MS, "span2": 2 * MS}
-MARKS = collections.Counter({("main", "nvtx", "mark_a"): 1, ("main", "NCCL", "nccl_mark"): 1})
+MARKS = collections.Counter({("main", "nvtx", "mark_a"): 1, ("main", "NCCL", "nccl_mark"): 1,
+                             ("main", "nvtx", "[nvtx: unicode message]"): 1})
 # (lane track, category, name, start thread, end thread)
 SPANS = collections.Counter({("NVTX start/end", "nvtx", "cross", "main", "ender"): 1,
                              ("NVTX start/end 2", "NCCL", "span2", "main", "main"): 1})
@@ -118,6 +120,10 @@ def check_content(c, where):
     inner = c["ranges"][("main", "nvtx", "inner")][0]
     allreduce = c["ranges"][("main", "NCCL", "ncclAllReduce")][0]
     check(inside(inner, step) and inner != step, f"{where}: inner {inner} not inside step {step}")
+    wide = c["ranges"][("main", "nvtx", "[nvtx: unicode message]")][0]
+    ex = c["ranges"][("main", "nvtx", "ex_range")][0]
+    check(inside(wide, ex) and ex[1] > wide[1], f"{where}: the wide range {wide} not inside "
+          f"ex_range {ex}")
     api = c["api"]
     for call in ("cuMemAlloc", "cuMemFree"):
         check(any(inside(x, inner) for x in api.get(("main", call), [])),
@@ -217,8 +223,8 @@ def full_case(a, env, fmt):
     path, lines = run(a, dict(env, GPUPROF_TRACE_FORMAT=fmt))
     check(lines.get("capture start") == "0" and lines.get("capture stop") == "0",
           f"capture start/stop: {lines}")
-    # The two registration callbacks always; during the capture also the 13 event ones.
-    check_enables(lines, 2, 15, 2)
+    # The two registration callbacks always; during the capture also the 16 event ones.
+    check_enables(lines, 2, 18, 2)
     if not path:
         return
     if fmt == "json":
@@ -274,7 +280,7 @@ def main():
     elif a.case == "disabled":
         no_nvtx_case(a, {"GPUPROF_NVTX": "0"}, [], (0, 0, 0))
     elif a.case == "uninjected":
-        no_nvtx_case(a, {"NVTX_INJECTION64_PATH": None}, [], (2, 15, 2))
+        no_nvtx_case(a, {"NVTX_INJECTION64_PATH": None}, [], (2, 18, 2))
     else:
         fail(f"unknown case {a.case}")
     failures.extend(check_traces.failures if hasattr(check_traces, "failures") else [])

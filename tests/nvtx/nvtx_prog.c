@@ -124,6 +124,9 @@ int main(int argc, char **argv)
   a = attr_ascii("ex_range");
   nvtxRangePushEx(&a);
   sleep_ms(1);
+  nvtxRangePushW(L"wide"); /* recorded with a placeholder; its pop must not close ex_range */
+  nvtxMarkW(L"wide_mark");
+  nvtxRangePop();
   nvtxRangePop();
 
   /* Start/end: "cross" ends on another thread; "span2" overlaps it without nesting. */
