@@ -37,12 +37,14 @@ struct fg_domain {
 };
 
 struct fg_string {
+  struct fg_string *next; /* kept reachable: handles stay valid for the process */
   struct fg_domain *domain;
   char text[];
 };
 
 static pthread_mutex_t g_nvtx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fg_domain *g_domains;
+static struct fg_string *g_strings;
 static _Atomic uint64_t g_next_range_id = 1;
 static __thread int t_depth; /* open push/pop ranges of this thread, all domains together */
 
@@ -240,6 +242,10 @@ static nvtxStringHandle_t NVTX_API fg_nvtxDomainRegisterStringA(nvtxDomainHandle
   if (s) {
     s->domain = (struct fg_domain *)domain;
     memcpy(s->text, string ? string : "", len + 1);
+    pthread_mutex_lock(&g_nvtx_lock);
+    s->next = g_strings;
+    g_strings = s;
+    pthread_mutex_unlock(&g_nvtx_lock);
     h = (nvtxStringHandle_t)s;
   }
   deliver(CUPTI_CBID_NVTX_nvtxDomainRegisterStringA, "nvtxDomainRegisterStringA", &p, &h);
