@@ -88,6 +88,13 @@ def expected(log):
                            "start": e["start"], "end": e["end"], "cat": "cuda_sync"})
         elif e["type"] == "memory":
             counters[gpu_pid(e["device"])].append((e["ts"] - BASE, e["bytes"]))
+        elif e["type"] == "nvtx" and e["kind"] == "range":
+            slices.append({"pid": PID, "tid": e["tid"], "name": e["name"], "start": e["start"],
+                           "end": e["end"], "cat": e["domain"] or "nvtx"})
+        elif e["type"] == "nvtx" and e["kind"] == "span":
+            slices.append({"pid": PID, "tid": 0xF0000000 + e["lane"], "name": e["name"],
+                           "start": e["start"], "end": e["end"], "cat": e["domain"] or "nvtx",
+                           "args": {"start_tid": e["tid"], "end_tid": e["end_tid"]}})
     for e in gpus:
         start, end = e["start"], e["end"]
         # The deliberate overlaps (trace_fixture.c): B starts at A's end; C, written after A,
@@ -173,6 +180,13 @@ def check_json(path, log, stats):
             else:
                 ok = gv == v
             check(ok, f"{path}: {s['name']!r} arg {k}={gv!r}, expected {v!r}")
+
+    # NVTX marks: instants on their thread's track.
+    want_marks = [(PID, e["tid"], e["name"], e["domain"], e["start"] - BASE) for e in log
+                  if e["type"] == "nvtx" and e["kind"] == "mark"]
+    got_marks = [(e["pid"], e["tid"], e["name"], e["cat"], ns_of(e["ts"])) for e in events
+                 if e["ph"] == "i" and e.get("s") == "t"]
+    check(got_marks == want_marks, f"{path}: NVTX marks {got_marks}, expected {want_marks}")
 
     # Flows: each expected pair exactly once, same id/cat/name, bp e on the end.
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
@@ -526,6 +540,9 @@ def json_track_of(tracks, uuid):
         t = one(d, "thread")
         return (one(t, "pid"), one(t, "tid"))
     name = one(d, "name")
+    if name and name.startswith("NVTX start/end"):  # lane k: "NVTX start/end k + 1"
+        parts = name.split()
+        return (PID, 0xF0000000 + (int(parts[2]) - 1 if len(parts) > 2 else 0))
     parent = tracks.get(one(d, "parent_uuid"), {})
     pname = one(parent, "name", "")
     if not pname.startswith("GPU "):
@@ -569,16 +586,18 @@ def check_pftrace(path, json_events, proto, protoc, stats, log):
         if e["ph"] == "X":
             s = BASE + ns_of(e["ts"])
             want[((e["pid"], e["tid"]), e["name"], s, s + ns_of(e["dur"]), e["cat"],
-                  e["args"].get("correlation", 0))] += 1
+                  e.get("args", {}).get("correlation", 0))] += 1
     check(got == want, f"{path}: slices differ from the JSON: missing "
           f"{list((want - got).items())[:5]}, extra {list((got - want).items())[:5]}")
 
     # Timestamps are deltas on the tracks' incremental clocks except for the two metadata
-    # instants and five slice packets earlier than the last one on their track: the late
+    # instants and eight packets earlier than the last one on their track: the late
     # overlapping kernel C (BEGIN and clamped END), the outer cudaMemcpy (BEGIN; written after
-    # its inner driver call) and cudaGetDevice, clamped to the base (BEGIN and END).
+    # its inner driver call), cudaGetDevice, clamped to the base (BEGIN and END), the NVTX
+    # ranges ncclAllReduce and step (BEGINs, written after what they contain) and the NVTX mark
+    # (inside step, written after it).
     st = rebuild.stats
-    check(st["absolute"] == 7 and st["delta"] == 198,
+    check(st["absolute"] == 10 and st["delta"] == 208,
           f"{path}: {st['absolute']} absolute and {st['delta']} delta-encoded timestamps")
 
     # Kernel launch arguments are one interned string, exactly the submitted configuration.
@@ -630,6 +649,13 @@ def check_pftrace(path, json_events, proto, protoc, stats, log):
     procs = [one(d, "process") for d in tracks.values() if "process" in d]
     check(len(procs) == 1 and one(procs[0], "pid") == PID
           and one(procs[0], "process_name") == "fixture (4242)", f"{path}: process {procs}")
+
+    # The NVTX mark: an instant on the main thread's track, the domain as category.
+    marks = [(json_track_of(tracks, i["track"]), i["name"], i["cat"], i["ts"]) for i in instants
+             if i["name"] not in ("trace start", "trace end")]
+    want_m = [((e["pid"], e["tid"]), e["name"], e["cat"], BASE + ns_of(e["ts"]))
+              for e in json_events if e["ph"] == "i"]
+    check(marks == want_m and len(marks) == 1, f"{path}: NVTX marks {marks}, JSON {want_m}")
 
     # Metadata instants.
     start = next((i for i in instants if i["name"] == "trace start"), None)

@@ -85,6 +85,33 @@ static int api(struct trace_writer *w, uint32_t tid, const char *name, uint64_t 
   return rc;
 }
 
+/* NVTX: kind "range" (thread track), "mark", "span" (lane of the NVTX start/end track). */
+static void log_nvtx(const char *kind, uint32_t tid, const char *domain, const char *name,
+                     uint64_t s, uint64_t e, uint32_t lane, uint32_t end_tid, int rc)
+{
+  if (logf)
+    fprintf(logf,
+            "{\"type\":\"nvtx\",\"kind\":\"%s\",\"tid\":%u,\"domain\":\"%s\",\"name\":\"%s\","
+            "\"start\":%" PRIu64 ",\"end\":%" PRIu64 ",\"lane\":%u,\"end_tid\":%u,\"rc\":%d}\n",
+            kind, tid, domain ? domain : "", name, s, e, lane, end_tid, rc);
+}
+
+static void nvtx_range(struct trace_writer *w, uint32_t tid, const char *domain, const char *name,
+                       uint64_t s, uint64_t e)
+{
+  int rc = trace_writer_nvtx_range(w, tid, domain, name, s, e);
+  EXPECT(rc == 0);
+  log_nvtx("range", tid, domain, name, s, e, 0, 0, rc);
+}
+
+static void nvtx_span(struct trace_writer *w, const char *domain, const char *name, uint64_t s,
+                      uint64_t e, uint32_t lane, uint32_t start_tid, uint32_t end_tid)
+{
+  int rc = trace_writer_nvtx_span(w, domain, name, s, e, start_tid, end_tid);
+  EXPECT(rc == 0);
+  log_nvtx("span", start_tid, domain, name, s, e, lane, end_tid, rc);
+}
+
 static int gpu(struct trace_writer *w, const struct trace_gpu_slice *g)
 {
   int rc = trace_writer_gpu_slice(w, g);
@@ -225,6 +252,20 @@ static void feed(struct trace_writer *w)
   EXPECT(api(w, PID, "cudaLaunchKernel", t - 2900, t - 2500, corr, corr) == 0);
   EXPECT(gpu(w, &g) == 0);
   corr++;
+
+  /* NVTX on the main thread, after the rest of its slices: a range in domain NCCL around a
+   * launch, written before the default-domain range that contains both (any order nests);
+   * a mark; start/end ranges where the second overlaps the first (lane 2) and the third
+   * fits on lane 1 again once the first has ended. */
+  t = BASE + 2500000;
+  EXPECT(api(w, PID, "cuLaunchKernelEx", t + 1000, t + 2000, 7000, 0) == 0);
+  nvtx_range(w, PID, "NCCL", "ncclAllReduce", t, t + 5000);
+  nvtx_range(w, PID, NULL, "step", t - 1000, t + 8000);
+  EXPECT(trace_writer_nvtx_mark(w, PID, "NCCL", "nccl_mark", t + 6000) == 0);
+  log_nvtx("mark", PID, "NCCL", "nccl_mark", t + 6000, t + 6000, 0, 0, 0);
+  nvtx_span(w, NULL, "span_a", t + 10000, t + 13000, 0, PID, PID + 1);
+  nvtx_span(w, "NCCL", "span_b", t + 11000, t + 15000, 1, PID + 1, PID + 1);
+  nvtx_span(w, NULL, "span_c", t + 14000, t + 16000, 0, PID, PID);
 
   /* Starts before the base: clamped to it. Ends before it starts: refused. */
   EXPECT(api(w, PID + 1, "cudaGetDevice", BASE - 500, BASE + 500, 9000, 0) == 0);
