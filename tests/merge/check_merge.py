@@ -166,7 +166,7 @@ def pf_content(path, args, kmap=None):
     flows = collections.defaultdict(dict)
     for uuid, lst in slices.items():
         for name, start, end, b in lst:
-            key = (kmap(uuid), name, start, end, b["corr"])
+            key = (kmap(uuid), name, start, end, b["corr"] or 0)  # NVTX slices have none
             out[key] += 1
             for f in b["flow"]:
                 flows[f]["s"] = key
