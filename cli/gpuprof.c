@@ -27,7 +27,7 @@ static void usage(FILE *out)
           "       gpuprof version\n"
           "\n"
           "run      runs PROGRAM with the gpuprof agent injected (CUDA_INJECTION64_PATH, and\n"
-          "         NCCL_PROFILER_PLUGIN unless set)\n"
+          "         NCCL_PROFILER_PLUGIN and NVTX_INJECTION64_PATH unless set)\n"
           "         --output DIR   where profiles, traces and the summary go (GPUPROF_OUTPUT_DIR)\n"
           "         --log LEVEL    error, warn, info (prints the exit summary) or debug\n"
           "         --mode MODE    continuous, ondemand or off (GPUPROF_MODE)\n"
@@ -124,6 +124,9 @@ static int cmd_run(int argc, char **argv)
   /* NCCL loads the same file as its profiler plugin (collective names, sizes, communicators);
    * a plugin the user chose, or "none", is kept. */
   setenv("NCCL_PROFILER_PLUGIN", abs, 0);
+  /* NVTX loaders (one per module) load it for NVTX ranges in captures; another NVTX tool the
+   * user chose is kept. */
+  setenv("NVTX_INJECTION64_PATH", abs, 0);
   execvp(argv[i], argv + i);
   fprintf(stderr, "gpuprof run: cannot run %s: %s\n", argv[i], strerror(errno));
   return 127;
