@@ -51,7 +51,11 @@ Check kinds (fields of a check in expectations.json; numbers may be "{launches}"
             trace_graph {names, graphs, nodes}; trace_api_threads {name_re, threads};
             trace_gpu_tracks {min_streams}; trace_memory_counter {max_at_least};
             trace_nccl {func, count, tracks?} (slices of category nccl on the communicator
-            tracks, each inside the kernel slice of its correlation id)
+            tracks, each inside the kernel slice of its correlation id);
+            trace_nvtx_range {name, cat, count, threads?, api_inside? {name_re, count} (API
+            slices on its thread inside each), inside? {name, cat} (each within such a range
+            on its thread)}; trace_nvtx_mark {name, cat, count}; trace_nvtx_span {name, cat,
+            count, cross_thread?} (on an "NVTX start/end" track; ended on another thread)
 
 A result is PASS, FAIL, N/A (the agent produced no output of that kind at all: the feature is
 missing from this build; a failure when the feature is in --require) or SKIP (the sample cannot
@@ -237,6 +241,7 @@ class Trace:
         self.gpu = [e for e in gpu if e.get("cat") != "nccl"]
         self.nccl = [e for e in gpu if e.get("cat") == "nccl"]
         self.host = [e for e in events if e.get("ph") == "X" and e.get("pid") not in self.gpu_pids]
+        self.instants = [e for e in events if e.get("ph") == "i" and e.get("pid") not in self.gpu_pids]
         self.counters = [e for e in events if e.get("ph") == "C"]
 
 
@@ -477,6 +482,12 @@ def check_pprof(c, outdir, reader, o, ctx):
         o.add("FAIL", f"unknown pprof check kind {kind!r}")
 
 
+def within(inner, outer):
+    """Whether slice `inner` lies inside slice `outer` (JSON microseconds, ns precision)."""
+    return (outer["ts"] - 1e-3 <= inner["ts"] and
+            inner["ts"] + inner.get("dur", 0) <= outer["ts"] + outer.get("dur", 0) + 1e-3)
+
+
 def check_trace(c, t, o, ctx):
     kind = c["kind"]
     g = lambda k: expand(c.get(k), ctx)  # noqa: E731
@@ -529,6 +540,36 @@ def check_trace(c, t, o, ctx):
             if k is None or e["ts"] < k["ts"] or e["ts"] + e["dur"] > k["ts"] + k["dur"] + 1e-3:
                 outside += 1
         o.eq(f"trace: NCCL {c['func']} slices not inside their kernel", outside, 0)
+    elif kind == "trace_nvtx_range":
+        what = f"trace: NVTX range {c['name']!r} ({c['cat']})"
+        sl = [e for e in t.host if e.get("name") == c["name"] and e.get("cat") == c["cat"]]
+        o.eq(f"{what}: slices", len(sl), g("count"))
+        if "threads" in c:
+            o.eq(f"{what}: threads", len({e.get("tid") for e in sl}), c["threads"])
+        if "api_inside" in c:
+            rx = re.compile(c["api_inside"]["name_re"])
+            got = sorted({sum(1 for a in t.host if a.get("tid") == e.get("tid") and
+                              rx.search(a.get("name", "")) and within(a, e)) for e in sl})
+            o.eq(f"{what}: API slices /{c['api_inside']['name_re']}/ inside each", got,
+                 [c["api_inside"]["count"]] if sl else [])
+        if "inside" in c:
+            outer = [e for e in t.host if e.get("name") == c["inside"]["name"] and
+                     e.get("cat") == c["inside"]["cat"]]
+            alone = sum(1 for e in sl if not any(x.get("tid") == e.get("tid") and within(e, x)
+                                                 for x in outer))
+            o.eq(f"{what}: slices not inside a {c['inside']['name']!r} range", alone, 0)
+    elif kind == "trace_nvtx_mark":
+        n = sum(1 for e in t.instants if e.get("name") == c["name"] and e.get("cat") == c["cat"])
+        o.eq(f"trace: NVTX mark {c['name']!r} ({c['cat']})", n, g("count"))
+    elif kind == "trace_nvtx_span":
+        sl = [e for e in t.host if e.get("name") == c["name"] and e.get("cat") == c["cat"] and
+              t.thread_names.get((e.get("pid"), e.get("tid")), "").startswith("NVTX start/end")]
+        o.eq(f"trace: NVTX start/end range {c['name']!r} ({c['cat']}) on an 'NVTX start/end' "
+             "track", len(sl), g("count"))
+        if c.get("cross_thread"):
+            same = sum(1 for e in sl if e.get("args", {}).get("start_tid") ==
+                       e.get("args", {}).get("end_tid"))
+            o.eq(f"trace: NVTX start/end range {c['name']!r} ended on its starting thread", same, 0)
     elif kind == "trace_memory_counter":
         vals = [v for e in t.counters if "memory" in e.get("name", "").lower()
                 for v in e.get("args", {}).values() if isinstance(v, (int, float))]
@@ -599,10 +640,13 @@ def mode_env(mode, base, outdir, overhead=False):
         # A stack for every launch: sampled launches are weighted estimates, and the checks
         # compare launch counts in the pprof files exactly. The overhead run keeps the default.
         env["GPUPROF_STACK_SAMPLE_EVERY"] = "1"
-    # The agent is NCCL's profiler plugin too (docs/CONFIGURATION.md), as `gpuprof run` sets.
+    # The agent is NCCL's profiler plugin and the NVTX injection too (docs/CONFIGURATION.md),
+    # as `gpuprof run` sets them.
     env.pop("NCCL_PROFILER_PLUGIN", None)
+    env.pop("NVTX_INJECTION64_PATH", None)
     if env.get("CUDA_INJECTION64_PATH"):
         env["NCCL_PROFILER_PLUGIN"] = env["CUDA_INJECTION64_PATH"]
+        env["NVTX_INJECTION64_PATH"] = env["CUDA_INJECTION64_PATH"]
     if mode in ("capture", "gpu-only"):
         env["GPUPROF_CAPTURE_ON_START"] = "60s"
     if mode == "gpu-only":
@@ -695,6 +739,9 @@ def verify_run(name, spec, mode, a, env_base, reader, timeout=None):
             if trace is not None and mode == "gpu-only":
                 api = sum(1 for e in trace.host if API_NAME.match(e.get("name", "")))
                 o.eq("trace (GPU-only): API slices", api, 0)
+                # Nor NVTX ranges and marks, nor anything else of the host process.
+                o.eq("trace (GPU-only): host-process slices and instants",
+                     len(trace.host) + len(trace.instants), 0)
 
     for c in checks:
         k = c["kind"]

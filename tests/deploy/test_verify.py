@@ -53,7 +53,38 @@ def synthetic():
     events.append({"ph": "X", "name": "Memcpy HtoD", "pid": 2, "tid": 7, "ts": 20, "dur": 1,
                    "args": {"bytes": 4096}})
     events.append({"ph": "C", "name": "GPU memory", "pid": 2, "ts": 1, "args": {"in_use_bytes": 300}})
+    # NVTX: two "step" ranges on thread 11, a "fwd" range of domain "d" inside the first one
+    # around its launch call, one outside any step; a mark; a start/end range across threads.
+    events += [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 0xf0000000,
+         "args": {"name": "NVTX start/end"}},
+        {"ph": "X", "cat": "nvtx", "name": "step", "pid": 1, "tid": 11, "ts": -1, "dur": 3},
+        {"ph": "X", "cat": "d", "name": "fwd", "pid": 1, "tid": 11, "ts": -0.5, "dur": 2},
+        {"ph": "X", "cat": "nvtx", "name": "step", "pid": 1, "tid": 11, "ts": 5, "dur": 1},
+        {"ph": "X", "cat": "d", "name": "fwd", "pid": 1, "tid": 11, "ts": 7, "dur": 1},
+        {"ph": "i", "s": "t", "cat": "nvtx", "name": "done", "pid": 1, "tid": 11, "ts": 4},
+        {"ph": "X", "cat": "nvtx", "name": "io", "pid": 1, "tid": 0xf0000000, "ts": 0, "dur": 9,
+         "args": {"start_tid": 11, "end_tid": 12}},
+        {"ph": "X", "cat": "nvtx", "name": "io2", "pid": 1, "tid": 12, "ts": 0, "dur": 9,
+         "args": {"start_tid": 12, "end_tid": 12}},
+    ]
     t = vs.Trace(events)
+    api = {"name_re": "^cudaLaunch", "count": 1}
+    nvtx_cases = [
+        ({"kind": "trace_nvtx_range", "name": "step", "cat": "nvtx", "count": 2, "threads": 1},
+         ["PASS", "PASS"]),
+        ({"kind": "trace_nvtx_range", "name": "step", "cat": "d", "count": 2}, ["FAIL"]),
+        ({"kind": "trace_nvtx_range", "name": "fwd", "cat": "d", "count": 2, "api_inside": api},
+         ["PASS", "FAIL"]),
+        ({"kind": "trace_nvtx_range", "name": "fwd", "cat": "d", "count": 2,
+          "inside": {"name": "step", "cat": "nvtx"}}, ["PASS", "FAIL"]),
+        ({"kind": "trace_nvtx_mark", "name": "done", "cat": "nvtx", "count": 1}, ["PASS"]),
+        ({"kind": "trace_nvtx_mark", "name": "done", "cat": "nvtx", "count": 2}, ["FAIL"]),
+        ({"kind": "trace_nvtx_span", "name": "io", "cat": "nvtx", "count": 1, "cross_thread": True},
+         ["PASS", "PASS"]),
+        # Not on an "NVTX start/end" track.
+        ({"kind": "trace_nvtx_span", "name": "io2", "cat": "nvtx", "count": 1}, ["FAIL"]),
+    ]
     cases = [
         ({"kind": "trace_kernel", "name": "empty_kernel", "count": "{launches+1}"}, ["PASS"]),
         ({"kind": "trace_kernel", "name": "empty_kernel", "count": 10}, ["FAIL"]),
@@ -67,7 +98,7 @@ def synthetic():
         ({"kind": "trace_api_threads", "name_re": "^cudaLaunch", "threads": 4}, ["FAIL"]),
         ({"kind": "trace_gpu_tracks", "min_streams": 1}, ["PASS"]),
         ({"kind": "trace_memory_counter", "max_at_least": 301}, ["FAIL"]),
-    ]
+    ] + nvtx_cases
     for c, want in cases:
         o = vs.Outcome()
         vs.check_trace(c, t, o, ctx)
