@@ -30,8 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "trace"))
 import check_traces  # noqa: E402
 import validate_trace  # noqa: E402
+from check_traces import check, fail, failures, ns_of  # noqa: E402
 
-failures = []
 MS = 1000000
 
 # (track, category, name) of the push/pop ranges, each exactly once; minimum durations (ns)
@@ -48,21 +48,6 @@ MARKS = collections.Counter({("main", "nvtx", "mark_a"): 1, ("main", "NCCL", "nc
 SPANS = collections.Counter({("NVTX start/end", "nvtx", "cross", "main", "ender"): 1,
                              ("NVTX start/end 2", "NCCL", "span2", "main", "main"): 1})
 NEVER = {"before_cuinit", "open_at_start", "open_at_end", "after"}
-
-
-def fail(msg):
-    failures.append(msg)
-    print(f"FAIL: {msg}", file=sys.stderr)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-    return cond
-
-
-def ns_of(v):
-    return int((decimal.Decimal(str(v)) * 1000).to_integral_value())
 
 
 def run(a, env_extra, args=()):
@@ -283,7 +268,6 @@ def main():
         no_nvtx_case(a, {"NVTX_INJECTION64_PATH": None}, [], (2, 18, 2))
     else:
         fail(f"unknown case {a.case}")
-    failures.extend(check_traces.failures if hasattr(check_traces, "failures") else [])
     if failures:
         print(f"{len(failures)} failure(s)", file=sys.stderr)
         return 1
