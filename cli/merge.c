@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "cli/merge.h"
+#include "cli/tracefile.h"
 #include "export/pbframe.h"
 #include "export/trace_internal.h"
 #include "include/gpuprof/gpuprof.h"
@@ -50,9 +51,7 @@
  */
 
 #define EXIT_BAD_INPUT 2
-#define LINE_CAP (512u * 1024u)       /* longer than any line the JSON writer emits */
 #define META_TEXT_MAX (1024u * 1024u) /* the writer's metadata fits its 96 KiB tail reserve */
-#define PACKET_MAX (64u << 20)
 #define SEQ_STRIDE ((uint64_t)TRACE_MAX_TRACKS + 3)
 #define MAX_UUID ((uint64_t)TRACE_MAX_TRACKS + 1) /* the writer's "gpuprof" metadata track */
 #define ID_SHIFT 32
@@ -94,25 +93,6 @@ struct merge {
   int z_open;
   uint64_t events;
 };
-
-static int fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(const char *path, const char *fmt, ...)
-{
-  va_list ap;
-
-  fprintf(stderr, "gpuprof merge: %s: ", path);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  return -EINVAL;
-}
-
-static int io_fail(const char *path, const char *what, int err)
-{
-  fprintf(stderr, "gpuprof merge: %s: %s: %s\n", path, what, strerror(err));
-  return -(err ? err : EIO);
-}
 
 /* ---- identifiers ---- */
 
@@ -224,179 +204,43 @@ static void assign_pids(struct merge *m)
 
 /* ---- JSON ---- */
 
-#define JSON_HEADER "{\"traceEvents\":["
-#define JSON_META "],\"metadata\":"
-
-struct lines {
-  gzFile f;
-  const char *path;
-  char *buf;
-  size_t len;
-  uint64_t no;
-};
-
-/* The next line without its newline in l->buf (l->len); 1, 0 at the end, or -errno. */
-static int line_next(struct lines *l)
-{
-  int err;
-
-  if (!gzgets(l->f, l->buf, LINE_CAP)) {
-    const char *msg = gzerror(l->f, &err);
-    if (err == Z_OK || err == Z_STREAM_END || (err == Z_BUF_ERROR && gzeof(l->f)))
-      return err == Z_BUF_ERROR ? -EPIPE : 0;
-    return fail(l->path, "read error after line %" PRIu64 ": %s", l->no,
-                err == Z_ERRNO ? strerror(errno) : msg);
-  }
-  l->no++;
-  l->len = strlen(l->buf);
-  if (l->len && l->buf[l->len - 1] == '\n') {
-    l->buf[--l->len] = '\0';
-    return 1;
-  }
-  if (l->len >= LINE_CAP - 1)
-    return fail(l->path, "line %" PRIu64 " is longer than %u bytes: not a gpuprof trace", l->no,
-                LINE_CAP);
-  /* The last line has no newline: the file ends inside it (the writer ends every line). */
-  gzerror(l->f, &err);
-  return err == Z_BUF_ERROR ? -EPIPE : 2;
-}
-
-static int lines_open(struct lines *l, const char *path)
-{
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-  memset(l, 0, sizeof(*l));
-  l->path = path;
-  if (fd < 0)
-    return io_fail(path, "cannot open", errno);
-  l->f = gzdopen(fd, "rb");
-  l->buf = malloc(LINE_CAP);
-  if (!l->f || !l->buf) {
-    if (l->f)
-      gzclose(l->f);
-    else
-      close(fd);
-    free(l->buf);
-    l->f = NULL; /* the callers' lines_close must not release them again */
-    l->buf = NULL;
-    return io_fail(path, "cannot read", ENOMEM);
-  }
-  gzbuffer(l->f, 1u << 20);
-  return 0;
-}
-
-static void lines_close(struct lines *l)
-{
-  if (l->f)
-    gzclose(l->f);
-  free(l->buf);
-}
-
-/* The event text of a line: without the header (first line) and the separating comma. */
-static char *event_text(struct lines *l, size_t *len)
-{
-  char *p = l->buf;
-  size_t n = l->len;
-
-  if (l->no == 1 && n >= sizeof(JSON_HEADER) - 1) {
-    p += sizeof(JSON_HEADER) - 1;
-    n -= sizeof(JSON_HEADER) - 1;
-  }
-  if (n && p[n - 1] == ',')
-    p[--n] = '\0';
-  *len = n;
-  return p;
-}
-
-/* A tokener that refuses invalid UTF-8: the writer's is valid, and json-c would pass the bytes
- * through into a merged trace that no JSON reader accepts. */
-static json_tokener *tokener_new(void)
-{
-  json_tokener *tok = json_tokener_new();
-
-#ifdef JSON_TOKENER_VALIDATE_UTF8
-  if (tok)
-    json_tokener_set_flags(tok, JSON_TOKENER_VALIDATE_UTF8);
-#endif
-  return tok;
-}
-
-static json_object *parse_event(json_tokener *tok, const char *text, size_t len)
-{
-  json_object *o;
-
-  json_tokener_reset(tok);
-  o = json_tokener_parse_ex(tok, text, (int)len);
-  if (o && (json_tokener_get_error(tok) != json_tokener_success ||
-            json_tokener_get_parse_end(tok) != len || !json_object_is_type(o, json_type_object))) {
-    json_object_put(o);
-    o = NULL;
-  }
-  return o;
-}
-
-/* The text of a JSON value for messages: "null" for a null (json-c's NULL). */
-static const char *text_of(json_object *v)
-{
-  return v ? json_object_get_string(v) : "null";
-}
-
-/* An integer JSON value in [lo, hi] into *out; 0 or -EINVAL. */
-static int int_in(json_object *v, int64_t lo, int64_t hi, int64_t *out)
-{
-  if (!v || !json_object_is_type(v, json_type_int))
-    return -EINVAL;
-  /* json-c clamps a uint64 above INT64_MAX to INT64_MAX: out of any range asked here. */
-  *out = json_object_get_int64(v);
-  return *out >= lo && *out <= hi ? 0 : -EINVAL;
-}
-
-static const char *str_of(json_object *o, const char *key)
-{
-  json_object *v;
-
-  if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
-    return NULL;
-  return json_object_get_string(v);
-}
-
 /* Pass 1: the header, the metadata at the end, the NCCL ranks in thread names. */
 static int json_scan(struct input *in)
 {
-  struct lines l;
-  json_tokener *tok = tokener_new();
+  struct tf_lines l;
+  json_tokener *tok = tf_tokener_new();
   char *meta = NULL;
   size_t meta_len = 0;
   int rc, in_meta = 0;
 
   if (!tok)
-    return io_fail(in->path, "cannot parse", ENOMEM);
-  rc = lines_open(&l, in->path);
+    return tf_io_fail(in->path, "cannot parse", ENOMEM);
+  rc = tf_lines_open(&l, in->path);
   if (rc)
     goto out;
-  while ((rc = line_next(&l)) > 0) {
-    if (l.no == 1 && strncmp(l.buf, JSON_HEADER, sizeof(JSON_HEADER) - 1) != 0) {
+  while ((rc = tf_line_next(&l)) > 0) {
+    if (l.no == 1 && strncmp(l.buf, TF_JSON_HEADER, sizeof(TF_JSON_HEADER) - 1) != 0) {
       if (l.len > 15 && !strncmp(l.buf, "               [{", 17))
-        rc = fail(in->path, "the trace was not finished (its process was killed during the "
+        rc = tf_fail(in->path, "the trace was not finished (its process was killed during the "
                             "capture, or the file was cut): without its metadata its times "
                             "cannot be placed on a common clock; open it on its own");
       else
-        rc = fail(in->path, "not a gpuprof trace (no {\"traceEvents\":[ at its start)");
+        rc = tf_fail(in->path, "not a gpuprof trace (no {\"traceEvents\":[ at its start)");
       goto out;
     }
-    if (!in_meta && !strncmp(l.buf, JSON_META, sizeof(JSON_META) - 1)) {
+    if (!in_meta && !strncmp(l.buf, TF_JSON_META, sizeof(TF_JSON_META) - 1)) {
       in_meta = 1;
       meta = malloc(META_TEXT_MAX);
       if (!meta) {
-        rc = io_fail(in->path, "cannot read its metadata", ENOMEM);
+        rc = tf_io_fail(in->path, "cannot read its metadata", ENOMEM);
         goto out;
       }
-      l.len -= sizeof(JSON_META) - 1;
-      memmove(l.buf, l.buf + sizeof(JSON_META) - 1, l.len + 1);
+      l.len -= sizeof(TF_JSON_META) - 1;
+      memmove(l.buf, l.buf + sizeof(TF_JSON_META) - 1, l.len + 1);
     }
     if (in_meta) {
       if (meta_len + l.len + 1 >= META_TEXT_MAX) {
-        rc = fail(in->path, "metadata larger than %u bytes: not a gpuprof trace", META_TEXT_MAX);
+        rc = tf_fail(in->path, "metadata larger than %u bytes: not a gpuprof trace", META_TEXT_MAX);
         goto out;
       }
       memcpy(meta + meta_len, l.buf, l.len);
@@ -407,20 +251,20 @@ static int json_scan(struct input *in)
       continue;
     }
     size_t len;
-    char *text = event_text(&l, &len);
+    char *text = tf_event_text(&l, &len);
     if (!len)
       continue;
     if (text[0] != '{' || rc == 2) {
-      rc = fail(in->path,
+      rc = tf_fail(in->path,
                 "line %" PRIu64 " is not a whole event: not a gpuprof trace, or the "
                 "file was cut",
                 l.no);
       goto out;
     }
     if (!strncmp(text, "{\"ph\":\"M\",\"name\":\"thread_name\"", 30)) {
-      json_object *o = parse_event(tok, text, len), *args;
+      json_object *o = tf_parse_event(tok, text, len), *args;
       const char *name;
-      if (o && json_object_object_get_ex(o, "args", &args) && (name = str_of(args, "name")))
+      if (o && json_object_object_get_ex(o, "args", &args) && (name = tf_str_of(args, "name")))
         note_rank(in, name);
       json_object_put(o);
     }
@@ -428,7 +272,7 @@ static int json_scan(struct input *in)
   if (rc < 0 && rc != -EPIPE)
     goto out; /* reported */
   if (rc == -EPIPE || !in_meta) {
-    rc = fail(in->path, "the trace was not finished (its process was killed during the "
+    rc = tf_fail(in->path, "the trace was not finished (its process was killed during the "
                         "capture, or the file was cut): without its metadata its times cannot "
                         "be placed on a common clock; open it on its own");
     goto out;
@@ -439,17 +283,17 @@ static int json_scan(struct input *in)
   while (meta_len && (meta[meta_len - 1] == '\n' || meta[meta_len - 1] == ' '))
     meta_len--;
   if (meta_len < 2 || meta[meta_len - 1] != '}') {
-    rc = fail(in->path, "its metadata is cut: not a finished gpuprof trace");
+    rc = tf_fail(in->path, "its metadata is cut: not a finished gpuprof trace");
     goto out;
   }
-  in->meta = parse_event(tok, meta, meta_len - 1);
+  in->meta = tf_parse_event(tok, meta, meta_len - 1);
   rc = 0;
   if (!in->meta)
-    rc = fail(in->path, "its metadata does not parse: not a gpuprof trace");
+    rc = tf_fail(in->path, "its metadata does not parse: not a gpuprof trace");
 out:
   free(meta);
   if (l.buf)
-    lines_close(&l);
+    tf_lines_close(&l);
   json_tokener_free(tok);
   return rc < 0 ? rc : 0;
 }
@@ -495,20 +339,20 @@ static json_object *us_number(uint64_t ns)
 static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64_t line)
 {
   json_object *v, *tid, *args = NULL;
-  const char *ph = str_of(o, "ph"), *name = str_of(o, "name");
+  const char *ph = tf_str_of(o, "ph"), *name = tf_str_of(o, "name");
   int gpu = 0;
   int64_t pid, id, si;
   uint64_t ts;
 
   if (!ph)
-    return fail(in->path, "line %" PRIu64 ": an event without \"ph\"", line);
+    return tf_fail(in->path, "line %" PRIu64 ": an event without \"ph\"", line);
   json_object_object_get_ex(o, "args", &args);
   if (!json_object_object_get_ex(o, "pid", &v) || !json_object_is_type(v, json_type_int) ||
       (pid = remap_pid(in, json_object_get_uint64(v), &gpu)) < 0)
-    return fail(in->path,
+    return tf_fail(in->path,
                 "line %" PRIu64 ": pid %s is neither its process (%" PRIu32
                 ") nor one of its GPUs: not a gpuprof trace",
-                line, text_of(v), in->pid);
+                line, tf_text_of(v), in->pid);
   /* The importer takes a missing tid as the pid: the event keeps the thread it had. */
   if (pid != (int64_t)json_object_get_uint64(v) &&
       (!json_object_object_get_ex(o, "tid", &tid) || !tid))
@@ -517,42 +361,42 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
   if (json_object_object_get_ex(o, "ts", &v)) {
     /* v is NULL for "ts":null (json-c's null), and parse_us refuses NULL. */
     if (parse_us(v ? json_object_get_string(v) : NULL, &ts) || ts > UINT64_MAX - in->base_ns)
-      return fail(in->path,
+      return tf_fail(in->path,
                   "line %" PRIu64 ": ts %s is not in microseconds with at most three "
                   "decimals after base_time_ns: not a gpuprof trace",
-                  line, text_of(v));
+                  line, tf_text_of(v));
     /* delta <= in->base_ns: no carry. Past 2^42 µs the importer's double loses the ns. */
     if (ts + delta >= JSON_TS_MAX_NS)
-      return fail(in->path,
+      return tf_fail(in->path,
                   "line %" PRIu64 ": ts %s is %" PRIu64 " µs after the earliest input's base: "
                   "a JSON trace keeps ns only below 2^42 µs (51 days); merge traces of one "
                   "time, or the .pftrace captures",
-                  line, text_of(v), (ts + delta) / 1000);
+                  line, tf_text_of(v), (ts + delta) / 1000);
     json_object_object_add(o, "ts", us_number(ts + delta));
   }
   /* Ids 1 .. 2^32 - 1 (CUPTI's correlation ids): input k's land in k * 2^32 + [1, 2^32), so
    * no two inputs share one and a flow cannot bind ends of two inputs. */
   if (json_object_object_get_ex(o, "id", &v)) {
-    if (int_in(v, 1, UINT32_MAX, &id))
-      return fail(in->path,
+    if (tf_int_in(v, 1, UINT32_MAX, &id))
+      return tf_fail(in->path,
                   "line %" PRIu64 ": flow id %s is not a 32-bit correlation id: not "
                   "a gpuprof trace",
-                  line, text_of(v));
+                  line, tf_text_of(v));
     json_object_object_add(o, "id", json_object_new_int64((int64_t)remap_id(in, (uint64_t)id)));
   }
   if (args && json_object_object_get_ex(args, "correlation", &v)) {
-    if (int_in(v, 0, UINT32_MAX, &id))
-      return fail(in->path,
+    if (tf_int_in(v, 0, UINT32_MAX, &id))
+      return tf_fail(in->path,
                   "line %" PRIu64 ": correlation %s is not a 32-bit correlation id: not a "
                   "gpuprof trace",
-                  line, text_of(v));
+                  line, tf_text_of(v));
     json_object_object_add(args, "correlation",
                            json_object_new_int64((int64_t)remap_id(in, (uint64_t)id)));
   }
   if (ph[0] == 'M' && name && args) {
     char buf[TRACE_NAME_MAX + 128];
     const char *pn;
-    if (!strcmp(name, "process_name") && (pn = str_of(args, "name"))) {
+    if (!strcmp(name, "process_name") && (pn = tf_str_of(args, "name"))) {
       if (gpu)
         gpu_name(in, pn, buf, sizeof(buf));
       const char *nn = gpu ? buf : host_name(in, pn, buf, sizeof(buf));
@@ -561,11 +405,11 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
     } else if (!strcmp(name, "process_sort_index") &&
                json_object_object_get_ex(args, "sort_index", &v)) {
       /* The writer's are int32 (trace_internal.h): k * 100 + one cannot overflow. */
-      if (int_in(v, INT32_MIN, INT32_MAX, &si))
-        return fail(in->path,
+      if (tf_int_in(v, INT32_MIN, INT32_MAX, &si))
+        return tf_fail(in->path,
                     "line %" PRIu64 ": sort_index %s is not a 32-bit integer: not a gpuprof "
                     "trace",
-                    line, text_of(v));
+                    line, tf_text_of(v));
       json_object_object_add(args, "sort_index", json_object_new_int64((int64_t)in->k * 100 + si));
     }
   }
@@ -586,30 +430,30 @@ static int out_write(struct merge *m, const char *out, const void *p, size_t n)
 
 static int json_copy(struct merge *m, struct input *in, const char *out)
 {
-  struct lines l;
-  json_tokener *tok = tokener_new();
+  struct tf_lines l;
+  json_tokener *tok = tf_tokener_new();
   uint64_t delta = in->base_ns - m->base_ns;
   int rc;
 
   if (!tok)
-    return io_fail(in->path, "cannot parse", ENOMEM);
-  rc = lines_open(&l, in->path);
+    return tf_io_fail(in->path, "cannot parse", ENOMEM);
+  rc = tf_lines_open(&l, in->path);
   if (rc)
     goto out;
-  while ((rc = line_next(&l)) > 0) {
+  while ((rc = tf_line_next(&l)) > 0) {
     size_t len, olen;
     char *text;
     json_object *o;
     const char *s;
 
-    if (!strncmp(l.buf, JSON_META, sizeof(JSON_META) - 1))
+    if (!strncmp(l.buf, TF_JSON_META, sizeof(TF_JSON_META) - 1))
       break; /* json_scan read the metadata */
-    text = event_text(&l, &len);
+    text = tf_event_text(&l, &len);
     if (!len)
       continue;
-    o = parse_event(tok, text, len);
+    o = tf_parse_event(tok, text, len);
     if (!o) {
-      rc = fail(in->path, "line %" PRIu64 " is not a JSON event", l.no);
+      rc = tf_fail(in->path, "line %" PRIu64 " is not a JSON event", l.no);
       goto out;
     }
     rc = json_rewrite(in, o, delta, l.no);
@@ -629,7 +473,7 @@ static int json_copy(struct merge *m, struct input *in, const char *out)
   rc = rc < 0 ? rc : 0;
 out:
   if (l.buf)
-    lines_close(&l);
+    tf_lines_close(&l);
   json_tokener_free(tok);
   return rc;
 }
@@ -644,7 +488,7 @@ static int json_finish(struct merge *m, const char *out)
   if (!meta || !inputs) {
     json_object_put(meta);
     json_object_put(inputs);
-    return io_fail(out, "cannot write its metadata", ENOMEM);
+    return tf_io_fail(out, "cannot write its metadata", ENOMEM);
   }
   json_object_object_add(meta, "base_time_ns", json_object_new_uint64(m->base_ns));
   json_object_object_add(meta, "trace_writer", json_object_new_string("gpuprof trace 2"));
@@ -667,7 +511,7 @@ static int json_finish(struct merge *m, const char *out)
   json_object_object_add(meta, "inputs", inputs);
   s = json_object_to_json_string_length(
       meta, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-  rc = out_write(m, out, "\n" JSON_META, sizeof(JSON_META));
+  rc = out_write(m, out, "\n" TF_JSON_META, sizeof(TF_JSON_META));
   if (!rc)
     rc = out_write(m, out, s, len);
   if (!rc)
@@ -679,269 +523,6 @@ static int json_finish(struct merge *m, const char *out)
 /* ---- .pftrace ---- */
 
 typedef Gpuprof__Perfetto__TracePacket Packet;
-
-/* A bump allocator for protobuf-c's unpacking, reset per packet: no malloc per field. */
-struct arena {
-  uint8_t *mem;
-  size_t cap, used;
-};
-
-static void *arena_alloc(void *data, size_t n)
-{
-  struct arena *a = data;
-  size_t at = (a->used + 15) & ~(size_t)15;
-
-  if (at + n > a->cap)
-    return NULL; /* arena_fit sized it for the packet */
-  a->used = at + n;
-  return a->mem + at;
-}
-
-static void arena_free(void *data, void *p)
-{
-  (void)data;
-  (void)p;
-}
-
-/* Unpacked, a packet takes a few times its wire size (pointers, arrays): room for that. */
-static int arena_fit(struct arena *a, size_t wire)
-{
-  size_t need = wire * 16 + 64 * 1024;
-
-  a->used = 0;
-  if (need <= a->cap)
-    return 0;
-  free(a->mem);
-  a->mem = malloc(need);
-  a->cap = a->mem ? need : 0;
-  return a->mem ? 0 : -ENOMEM;
-}
-
-struct pf_reader {
-  int fd;
-  const char *path;
-  uint8_t *buf;
-  size_t cap, start, end;
-  int eof;
-  uint64_t offset; /* of buf[start] in the file */
-  /* The packets of the compressed chunk being read (inflated), from chunk[chunk_pos] on. */
-  uint8_t *chunk;
-  size_t chunk_cap, chunk_len, chunk_pos;
-  uint64_t chunk_offset; /* the chunk's packet in the file */
-};
-
-/* Makes n bytes available at buf + start; 1, 0 when the file ends first, or -errno. */
-static int pf_need(struct pf_reader *r, size_t n)
-{
-  while (r->end - r->start < n) {
-    ssize_t got;
-    if (r->eof)
-      return 0;
-    if (r->start) {
-      memmove(r->buf, r->buf + r->start, r->end - r->start);
-      r->end -= r->start;
-      r->start = 0;
-    }
-    if (r->cap - r->end < n || r->cap - r->end < 65536) {
-      size_t cap = r->cap ? r->cap * 2 : (1u << 20);
-      uint8_t *nb;
-      while (cap < n + 65536)
-        cap *= 2;
-      nb = realloc(r->buf, cap);
-      if (!nb)
-        return -ENOMEM;
-      r->buf = nb;
-      r->cap = cap;
-    }
-    got = read(r->fd, r->buf + r->end, r->cap - r->end);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got < 0)
-      return io_fail(r->path, "read error", errno);
-    if (!got)
-      r->eof = 1;
-    r->end += (size_t)got;
-  }
-  return 1;
-}
-
-/* Whether the n packet bytes at p are a compressed chunk: the one field compressed_packets
- * (50, length-delimited: key 0x92 0x03); its zlib bytes at *z, *zlen. */
-static int is_chunk(const uint8_t *p, size_t n, const uint8_t **z, size_t *zlen)
-{
-  size_t at = 2;
-  uint64_t len;
-
-  if (n < 3 || p[0] != 0x92 || p[1] != 0x03 || pb_get_varint(p, n, &at, &len) || len != n - at)
-    return 0;
-  *z = p + at;
-  *zlen = (size_t)len;
-  return 1;
-}
-
-/* Inflates a chunk's zlib stream into r->chunk (at most PACKET_MAX bytes). */
-static int pf_inflate(struct pf_reader *r, const uint8_t *zdata, size_t zlen)
-{
-  z_stream z;
-  int zrc = Z_OK;
-
-  memset(&z, 0, sizeof(z));
-  if (inflateInit(&z) != Z_OK)
-    return io_fail(r->path, "cannot read", ENOMEM);
-  z.next_in = (uint8_t *)zdata;
-  z.avail_in = (uInt)zlen;
-  r->chunk_len = r->chunk_pos = 0;
-  while (zrc != Z_STREAM_END) {
-    if (r->chunk_len == r->chunk_cap) {
-      size_t cap = r->chunk_cap ? r->chunk_cap * 2 : TRACE_OUT_BUF * 2;
-      uint8_t *nb = cap <= PACKET_MAX ? realloc(r->chunk, cap) : NULL;
-      if (!nb) {
-        inflateEnd(&z);
-        return cap <= PACKET_MAX ? io_fail(r->path, "cannot read", ENOMEM)
-                                 : fail(r->path,
-                                        "byte %" PRIu64 ": a compressed chunk of over %u bytes: "
-                                        "not a gpuprof trace",
-                                        r->chunk_offset, PACKET_MAX);
-      }
-      r->chunk = nb;
-      r->chunk_cap = cap;
-    }
-    z.next_out = r->chunk + r->chunk_len;
-    z.avail_out = (uInt)(r->chunk_cap - r->chunk_len);
-    zrc = inflate(&z, Z_NO_FLUSH);
-    r->chunk_len = r->chunk_cap - z.avail_out;
-    if (zrc != Z_OK && zrc != Z_STREAM_END)
-      break;
-  }
-  inflateEnd(&z);
-  if (zrc != Z_STREAM_END || z.avail_in)
-    return fail(r->path,
-                "byte %" PRIu64 ": a compressed chunk that does not inflate whole: "
-                "not a gpuprof trace",
-                r->chunk_offset);
-  return 0;
-}
-
-/* The next packet of the chunk being read; 1, or -EINVAL (reported). */
-static int chunk_next(struct pf_reader *r, const uint8_t **p, size_t *n)
-{
-  size_t at = r->chunk_pos + 1;
-  uint64_t len;
-  const uint8_t *z;
-  size_t zlen;
-
-  if (r->chunk[r->chunk_pos] != 0x0A || pb_get_varint(r->chunk, r->chunk_len, &at, &len) ||
-      len > r->chunk_len - at || len > PACKET_MAX)
-    return fail(r->path,
-                "byte %" PRIu64 ": a compressed chunk holds a cut packet: not a "
-                "gpuprof trace",
-                r->chunk_offset);
-  *p = r->chunk + at;
-  *n = (size_t)len;
-  if (is_chunk(*p, *n, &z, &zlen))
-    return fail(r->path,
-                "byte %" PRIu64 ": a compressed chunk inside a compressed chunk: not "
-                "a gpuprof trace",
-                r->chunk_offset);
-  r->chunk_pos = at + len;
-  return 1;
-}
-
-/* The next packet of the file itself; as pf_next. */
-static int file_next(struct pf_reader *r, const uint8_t **p, size_t *n)
-{
-  uint64_t len = 0;
-  size_t h = 1;
-  int rc;
-
-  rc = pf_need(r, 1);
-  if (rc <= 0)
-    return rc;
-  if (r->buf[r->start] != 0x0A)
-    return fail(r->path, "byte %" PRIu64 " is not a Trace packet: not a .pftrace", r->offset);
-  for (;;) {
-    rc = pf_need(r, h + 1);
-    if (rc < 0)
-      return rc;
-    if (!rc)
-      return -EPIPE;
-    uint8_t b = r->buf[r->start + h];
-    if (h > 10)
-      return fail(r->path, "byte %" PRIu64 ": bad packet length: not a .pftrace", r->offset);
-    len |= (uint64_t)(b & 0x7f) << (7 * (h - 1));
-    h++;
-    if (!(b & 0x80))
-      break;
-  }
-  if (len > PACKET_MAX)
-    return fail(r->path, "byte %" PRIu64 ": a packet of %" PRIu64 " bytes: not a gpuprof trace",
-                r->offset, len);
-  rc = pf_need(r, h + len);
-  if (rc < 0)
-    return rc;
-  if (!rc)
-    return -EPIPE;
-  *p = r->buf + r->start + h;
-  *n = len;
-  r->start += h + len;
-  r->offset += h + len;
-  return 1;
-}
-
-/*
- * The next packet's bytes, the packets of a compressed chunk (the agent writes its traces in
- * them) one by one as if they stood in the file; 1, 0 at the end, -EPIPE if the file ends
- * inside a packet, or -errno.
- */
-static int pf_next(struct pf_reader *r, const uint8_t **p, size_t *n)
-{
-  for (;;) {
-    const uint8_t *z;
-    size_t zlen;
-    uint64_t at = r->offset;
-    int rc;
-
-    if (r->chunk_pos < r->chunk_len)
-      return chunk_next(r, p, n);
-    rc = file_next(r, p, n);
-    if (rc <= 0 || !is_chunk(*p, *n, &z, &zlen))
-      return rc;
-    r->chunk_offset = at;
-    rc = pf_inflate(r, z, zlen);
-    if (rc)
-      return rc;
-  }
-}
-
-static int pf_open(struct pf_reader *r, const char *path)
-{
-  memset(r, 0, sizeof(*r));
-  r->path = path;
-  r->fd = open(path, O_RDONLY | O_CLOEXEC);
-  return r->fd < 0 ? io_fail(path, "cannot open", errno) : 0;
-}
-
-static void pf_close(struct pf_reader *r)
-{
-  if (r->fd >= 0)
-    close(r->fd);
-  free(r->buf);
-  free(r->chunk);
-}
-
-static Packet *pf_unpack(struct arena *a, const uint8_t *p, size_t n)
-{
-  ProtobufCAllocator al = {arena_alloc, arena_free, a};
-
-  if (arena_fit(a, n))
-    return NULL;
-  return gpuprof__perfetto__trace_packet__unpack(&al, n, p);
-}
-
-static uint32_t seq_of(const Packet *p)
-{
-  return p->optional_trusted_packet_sequence_id_case ? p->trusted_packet_sequence_id : 0;
-}
 
 /*
  * The identifiers the merge offsets per input, in the writer's ranges, where input k's stay
@@ -955,35 +536,35 @@ static int pf_check(const struct input *in, const Packet *p)
   const Gpuprof__Perfetto__TracePacketDefaults *defs = p->trace_packet_defaults;
 
   if (p->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_COMPRESSED_PACKETS)
-    return fail(in->path, "a compressed chunk with other fields: not a gpuprof trace");
-  if (seq_of(p) > MAX_UUID + 1)
-    return fail(in->path, "packet sequence %" PRIu32 " beyond the writer's: not a gpuprof trace",
-                seq_of(p));
+    return tf_fail(in->path, "a compressed chunk with other fields: not a gpuprof trace");
+  if (tf_seq_of(p) > MAX_UUID + 1)
+    return tf_fail(in->path, "packet sequence %" PRIu32 " beyond the writer's: not a gpuprof trace",
+                tf_seq_of(p));
   if (defs && defs->track_event_defaults && defs->track_event_defaults->has_track_uuid &&
       defs->track_event_defaults->track_uuid > MAX_UUID)
-    return fail(in->path, "default track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
+    return tf_fail(in->path, "default track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
                 defs->track_event_defaults->track_uuid);
   if (p->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_DESCRIPTOR) {
     const Gpuprof__Perfetto__TrackDescriptor *d = p->track_descriptor;
     if (!d->has_uuid || d->uuid > MAX_UUID || (d->has_parent_uuid && d->parent_uuid > MAX_UUID))
-      return fail(in->path, "track uuid beyond the writer's: not a gpuprof trace");
+      return tf_fail(in->path, "track uuid beyond the writer's: not a gpuprof trace");
   }
   if (p->data_case != GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT)
     return 0;
   if (ev->has_track_uuid && ev->track_uuid > MAX_UUID)
-    return fail(in->path, "event track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
+    return tf_fail(in->path, "event track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
                 ev->track_uuid);
   for (size_t i = 0; i < ev->n_flow_ids + ev->n_terminating_flow_ids; i++) {
     uint64_t id =
         i < ev->n_flow_ids ? ev->flow_ids[i] : ev->terminating_flow_ids[i - ev->n_flow_ids];
     if (!id || id >> ID_SHIFT)
-      return fail(in->path,
+      return tf_fail(in->path,
                   "flow id %" PRIu64 " is not a 32-bit correlation id: not a gpuprof "
                   "trace",
                   id);
   }
   if (ev->correlation_id_field_case && ev->correlation_id >> ID_SHIFT)
-    return fail(in->path,
+    return tf_fail(in->path,
                 "correlation id %" PRIu64 " is not a 32-bit correlation id: not a "
                 "gpuprof trace",
                 ev->correlation_id);
@@ -1019,29 +600,29 @@ static void pf_meta(struct input *in, const Gpuprof__Perfetto__TrackEvent *ev)
 /* Pass 1: the "trace start"/"trace end" metadata instants and the NCCL track names. */
 static int pf_scan(struct input *in)
 {
-  struct pf_reader r;
-  struct arena a = {0};
+  struct tf_pf_reader r;
+  struct tf_arena a = {0};
   const uint8_t *p;
   size_t n;
   int rc, started = 0;
 
   in->meta = json_object_new_object();
   if (!in->meta)
-    return io_fail(in->path, "cannot read", ENOMEM);
-  rc = pf_open(&r, in->path);
+    return tf_io_fail(in->path, "cannot read", ENOMEM);
+  rc = tf_pf_open(&r, in->path);
   if (rc)
     return rc;
-  while ((rc = pf_next(&r, &p, &n)) > 0) {
-    Packet *pkt = pf_unpack(&a, p, n);
+  while ((rc = tf_pf_next(&r, &p, &n)) > 0) {
+    Packet *pkt = tf_pf_unpack(&a, p, n);
 
     if (!pkt) {
-      rc = fail(in->path, "packet %" PRIu64 " does not decode: not a gpuprof trace",
+      rc = tf_fail(in->path, "packet %" PRIu64 " does not decode: not a gpuprof trace",
                 in->packets + 1);
       goto out;
     }
-    if (!in->packets && (seq_of(pkt) != 1 ||
+    if (!in->packets && (tf_seq_of(pkt) != 1 ||
                          pkt->data_case != GPUPROF__PERFETTO__TRACE_PACKET__DATA_CLOCK_SNAPSHOT)) {
-      rc = fail(in->path, "its first packet is not the gpuprof writer's: not a gpuprof trace");
+      rc = tf_fail(in->path, "its first packet is not the gpuprof writer's: not a gpuprof trace");
       goto out;
     }
     rc = pf_check(in, pkt);
@@ -1053,7 +634,7 @@ static int pf_scan(struct input *in)
       if (d->static_or_dynamic_name_case && d->name)
         note_rank(in, d->name);
     } else if (pkt->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT &&
-               seq_of(pkt) == 1 &&
+               tf_seq_of(pkt) == 1 &&
                pkt->track_event->name_field_case ==
                    GPUPROF__PERFETTO__TRACK_EVENT__NAME_FIELD_NAME) {
       if (!strcmp(pkt->track_event->name, "trace start"))
@@ -1068,7 +649,7 @@ static int pf_scan(struct input *in)
   if (rc < 0 && rc != -EPIPE)
     goto out;
   if (!started) {
-    rc = fail(in->path, "no \"trace start\" metadata: not a gpuprof trace");
+    rc = tf_fail(in->path, "no \"trace start\" metadata: not a gpuprof trace");
     goto out;
   }
   if (rc == -EPIPE)
@@ -1083,7 +664,7 @@ static int pf_scan(struct input *in)
             in->path);
   rc = 0;
 out:
-  pf_close(&r);
+  tf_pf_close(&r);
   free(a.mem);
   return rc;
 }
@@ -1103,7 +684,7 @@ static int chunk_flush(struct merge *m, const char *out)
   }
   m->chunk_len = 0;
   if (fwrite(c, 1, n, m->pf) != n)
-    return io_fail(out, "write error", errno);
+    return tf_io_fail(out, "write error", errno);
   return 0;
 }
 
@@ -1128,13 +709,13 @@ static int pf_emit(struct merge *m, const char *out, const Packet *pkt)
     m->pbuf = malloc(m->pbuf_cap);
     if (!m->pbuf) {
       m->pbuf_cap = 0;
-      return io_fail(out, "cannot write", ENOMEM);
+      return tf_io_fail(out, "cannot write", ENOMEM);
     }
   }
   len = gpuprof__perfetto__trace_packet__pack(pkt, m->pbuf + 2);
   len = pb_frame_field(m->pbuf, 0x0A, len);
   if (fwrite(m->pbuf, 1, len, m->pf) != len)
-    return io_fail(out, "write error", errno);
+    return tf_io_fail(out, "write error", errno);
   return 0;
 }
 
@@ -1215,7 +796,7 @@ static int pf_rewrite(struct input *in, Packet *pkt, char *name, size_t name_len
   }
   return 0;
 bad_pid:
-  return fail(in->path,
+  return tf_fail(in->path,
               "track pid %" PRId32 " is neither its process (%" PRIu32 ") nor one of its GPUs: "
               "not a gpuprof trace",
               orig, in->pid);
@@ -1223,23 +804,23 @@ bad_pid:
 
 static int pf_copy(struct merge *m, struct input *in, const char *out)
 {
-  struct pf_reader r;
-  struct arena a = {0};
+  struct tf_pf_reader r;
+  struct tf_arena a = {0};
   const uint8_t *p;
   size_t n;
   uint64_t left = in->packets;
   char name[TRACE_NAME_MAX + 128];
   int rc;
 
-  rc = pf_open(&r, in->path);
+  rc = tf_pf_open(&r, in->path);
   if (rc)
     return rc;
-  while (left && (rc = pf_next(&r, &p, &n)) > 0) {
-    Packet *pkt = pf_unpack(&a, p, n);
+  while (left && (rc = tf_pf_next(&r, &p, &n)) > 0) {
+    Packet *pkt = tf_pf_unpack(&a, p, n);
 
     left--;
     if (!pkt) {
-      rc = fail(in->path, "a packet does not decode: not a gpuprof trace");
+      rc = tf_fail(in->path, "a packet does not decode: not a gpuprof trace");
       goto out;
     }
     /* Checked again: pf_scan read the file before, and it may have changed since. */
@@ -1255,7 +836,7 @@ static int pf_copy(struct merge *m, struct input *in, const char *out)
   }
   rc = rc < 0 && rc != -EPIPE ? rc : 0;
 out:
-  pf_close(&r);
+  tf_pf_close(&r);
   free(a.mem);
   return rc;
 }
@@ -1275,7 +856,7 @@ static int pf_finish(struct merge *m, const char *out)
   int rc;
 
   if (!a || !ap || !keys || !vals) {
-    rc = io_fail(out, "cannot write its metadata", ENOMEM);
+    rc = tf_io_fail(out, "cannot write its metadata", ENOMEM);
     goto out;
   }
 #define ANN(key_fmt, ...)                                                                          \
@@ -1370,11 +951,11 @@ static int sniff(struct input *in)
   ssize_t n;
 
   if (fd < 0)
-    return io_fail(in->path, "cannot open", errno);
+    return tf_io_fail(in->path, "cannot open", errno);
   n = read(fd, b, 2);
   close(fd);
   if (n < 0)
-    return io_fail(in->path, "cannot read", errno);
+    return tf_io_fail(in->path, "cannot read", errno);
   if (n == 2 && b[0] == 0x1f && b[1] == 0x8b) {
     in->fam = FAM_JSON;
     in->gz = 1;
@@ -1383,7 +964,7 @@ static int sniff(struct input *in)
   } else if (n >= 1 && b[0] == 0x0A) {
     in->fam = FAM_PFTRACE;
   } else {
-    return fail(in->path, n ? "not a gpuprof trace (neither JSON nor .pftrace)"
+    return tf_fail(in->path, n ? "not a gpuprof trace (neither JSON nor .pftrace)"
                             : "empty file: not a gpuprof trace");
   }
   return 0;
@@ -1393,26 +974,26 @@ static int sniff(struct input *in)
 static int meta_required(struct input *in)
 {
   json_object *v;
-  const char *w = str_of(in->meta, "trace_writer");
+  const char *w = tf_str_of(in->meta, "trace_writer");
   char *end;
 
   if (!w || strncmp(w, "gpuprof trace ", 14))
-    return fail(in->path, "no \"trace_writer\": \"gpuprof trace ...\" in its metadata: not a "
+    return tf_fail(in->path, "no \"trace_writer\": \"gpuprof trace ...\" in its metadata: not a "
                           "gpuprof trace");
   if (!json_object_object_get_ex(in->meta, "base_time_ns", &v))
-    return fail(in->path, "no base_time_ns in its metadata: not a gpuprof trace");
+    return tf_fail(in->path, "no base_time_ns in its metadata: not a gpuprof trace");
   /* An integer in JSON, a decimal string in .pftrace (a debug annotation): digits only
    * (strtoull would take "-5" as 2^64 - 5, and leading blanks). v is NULL for a null. */
   w = v ? json_object_get_string(v) : NULL;
   if (!w || *w < '0' || *w > '9')
-    return fail(in->path, "base_time_ns %s is not a time in ns", text_of(v));
+    return tf_fail(in->path, "base_time_ns %s is not a time in ns", tf_text_of(v));
   errno = 0;
   in->base_ns = strtoull(w, &end, 10);
   if (errno || *end || !in->base_ns)
-    return fail(in->path, "base_time_ns %s is not a time in ns", text_of(v));
+    return tf_fail(in->path, "base_time_ns %s is not a time in ns", tf_text_of(v));
   if (!json_object_object_get_ex(in->meta, "pid", &v) || !json_object_is_type(v, json_type_int) ||
       json_object_get_uint64(v) > UINT32_MAX)
-    return fail(in->path, "no pid in its metadata: not a gpuprof trace");
+    return tf_fail(in->path, "no pid in its metadata: not a gpuprof trace");
   in->pid = (uint32_t)json_object_get_uint64(v);
   /* A rank stated by the process itself (a metadata key) wins over the NCCL track names. */
   if ((json_object_object_get_ex(in->meta, "rank", &v) ||
@@ -1442,10 +1023,10 @@ static int open_output(struct merge *m, enum family fam, int gz, const char *fin
 
   snprintf(dir, sizeof(dir), "%s", final);
   if ((size_t)snprintf(tmp, tmp_len, "%s/.gpuprof-merge-XXXXXX", dirname(dir)) >= tmp_len)
-    return fail(final, "path too long");
+    return tf_fail(final, "path too long");
   fd = mkostemp(tmp, O_CLOEXEC);
   if (fd < 0)
-    return io_fail(final, "cannot create a file in its directory", errno);
+    return tf_io_fail(final, "cannot create a file in its directory", errno);
   fchmod(fd, 0644);
   if (fam == FAM_PFTRACE) {
     if (!m->z_open && deflateInit(&m->z, 1) == Z_OK) {
@@ -1471,7 +1052,7 @@ static int open_output(struct merge *m, enum family fam, int gz, const char *fin
   if (!m->pf && !m->gz) {
     close(fd);
     unlink(tmp);
-    return io_fail(final, "cannot write", ENOMEM);
+    return tf_io_fail(final, "cannot write", ENOMEM);
   }
   return 0;
 }
@@ -1483,16 +1064,16 @@ static int close_output(struct merge *m, const char *out)
   if (m->pf) {
     rc = chunk_flush(m, out);
     if ((fflush(m->pf) || fsync(fileno(m->pf)) || fclose(m->pf)) && !rc)
-      rc = io_fail(out, "write error", errno);
+      rc = tf_io_fail(out, "write error", errno);
     m->pf = NULL;
   }
   if (m->gz) {
     /* gzclose writes the end and closes its descriptor; the file is on disk before the rename
      * names it, as a .pftrace is. */
     if (gzclose(m->gz) != Z_OK)
-      rc = io_fail(out, "write error", errno ? errno : EIO);
+      rc = tf_io_fail(out, "write error", errno ? errno : EIO);
     else if (fsync(m->gz_fd))
-      rc = io_fail(out, "write error", errno);
+      rc = tf_io_fail(out, "write error", errno);
     close(m->gz_fd);
     m->gz = NULL;
     m->gz_fd = -1;
@@ -1525,6 +1106,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
   int gz, rc = 0;
   struct stat so, si;
 
+  tf_prog = "gpuprof merge";
   memset(&m, 0, sizeof(m));
   m.gz_fd = -1;
   if (!n)
@@ -1544,7 +1126,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
     m.in[i].rank = -1;
     rc = sniff(&m.in[i]);
     if (!rc && m.in[i].fam != m.in[0].fam)
-      rc = fail(paths[i],
+      rc = tf_fail(paths[i],
                 "a %s trace among %s ones: merge JSON traces (.json, .json.gz) or "
                 ".pftrace traces, not both",
                 m.in[i].fam == FAM_PFTRACE ? ".pftrace" : "JSON",
@@ -1556,7 +1138,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
     if (ends_with(out, ".pftrace") || ends_with(out, ".json") || ends_with(out, ".json.gz")) {
       enum family want = ends_with(out, ".pftrace") ? FAM_PFTRACE : FAM_JSON;
       if (want != fam)
-        rc = fail(out,
+        rc = tf_fail(out,
                   "the inputs are %s traces: the merged trace is %s (the format is not "
                   "converted)",
                   fam == FAM_PFTRACE ? ".pftrace" : "JSON",
@@ -1566,7 +1148,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
     for (size_t i = 0; i < n && !rc; i++)
       if (!stat(out, &so) && !stat(paths[i], &si) && so.st_dev == si.st_dev &&
           so.st_ino == si.st_ino)
-        rc = fail(out, "is one of the inputs: choose another -o");
+        rc = tf_fail(out, "is one of the inputs: choose another -o");
   }
   for (size_t i = 0; i < n && !rc; i++) {
     struct input *in = &m.in[i];
@@ -1583,7 +1165,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
       struct stat a, b;
       if (!stat(paths[i], &a) && !stat(paths[j], &b) && a.st_dev == b.st_dev &&
           a.st_ino == b.st_ino) {
-        rc = fail(paths[i], "given twice: each process's trace once");
+        rc = tf_fail(paths[i], "given twice: each process's trace once");
         goto out;
       }
     }
@@ -1596,7 +1178,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
   if (rc)
     goto out;
   if (fam == FAM_JSON)
-    rc = out_write(&m, final, JSON_HEADER, sizeof(JSON_HEADER) - 1);
+    rc = out_write(&m, final, TF_JSON_HEADER, sizeof(TF_JSON_HEADER) - 1);
   for (size_t i = 0; i < n && !rc; i++)
     rc = fam == FAM_PFTRACE ? pf_copy(&m, &m.in[i], final) : json_copy(&m, &m.in[i], final);
   if (!rc)
@@ -1609,7 +1191,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
     goto out;
   if (out) {
     if (rename(tmp, final)) {
-      rc = io_fail(final, "cannot write", errno);
+      rc = tf_io_fail(final, "cannot write", errno);
       goto out;
     }
   } else {
@@ -1620,7 +1202,7 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
     while ((err = link(tmp, final) ? errno : 0) == EEXIST && ++k <= 64)
       default_name(&m, suffix_of(fam, gz), k, final, sizeof(final));
     if (err) {
-      rc = io_fail(final, "cannot create", err);
+      rc = tf_io_fail(final, "cannot create", err);
       goto out;
     }
     unlink(tmp);
