@@ -222,8 +222,8 @@ static int json_scan(struct input *in)
     if (l.no == 1 && strncmp(l.buf, TF_JSON_HEADER, sizeof(TF_JSON_HEADER) - 1) != 0) {
       if (l.len > 15 && !strncmp(l.buf, "               [{", 17))
         rc = tf_fail(in->path, "the trace was not finished (its process was killed during the "
-                            "capture, or the file was cut): without its metadata its times "
-                            "cannot be placed on a common clock; open it on its own");
+                               "capture, or the file was cut): without its metadata its times "
+                               "cannot be placed on a common clock; open it on its own");
       else
         rc = tf_fail(in->path, "not a gpuprof trace (no {\"traceEvents\":[ at its start)");
       goto out;
@@ -256,9 +256,9 @@ static int json_scan(struct input *in)
       continue;
     if (text[0] != '{' || rc == 2) {
       rc = tf_fail(in->path,
-                "line %" PRIu64 " is not a whole event: not a gpuprof trace, or the "
-                "file was cut",
-                l.no);
+                   "line %" PRIu64 " is not a whole event: not a gpuprof trace, or the "
+                   "file was cut",
+                   l.no);
       goto out;
     }
     if (!strncmp(text, "{\"ph\":\"M\",\"name\":\"thread_name\"", 30)) {
@@ -273,8 +273,8 @@ static int json_scan(struct input *in)
     goto out; /* reported */
   if (rc == -EPIPE || !in_meta) {
     rc = tf_fail(in->path, "the trace was not finished (its process was killed during the "
-                        "capture, or the file was cut): without its metadata its times cannot "
-                        "be placed on a common clock; open it on its own");
+                           "capture, or the file was cut): without its metadata its times cannot "
+                           "be placed on a common clock; open it on its own");
     goto out;
   }
   if (rc < 0)
@@ -350,9 +350,9 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
   if (!json_object_object_get_ex(o, "pid", &v) || !json_object_is_type(v, json_type_int) ||
       (pid = remap_pid(in, json_object_get_uint64(v), &gpu)) < 0)
     return tf_fail(in->path,
-                "line %" PRIu64 ": pid %s is neither its process (%" PRIu32
-                ") nor one of its GPUs: not a gpuprof trace",
-                line, tf_text_of(v), in->pid);
+                   "line %" PRIu64 ": pid %s is neither its process (%" PRIu32
+                   ") nor one of its GPUs: not a gpuprof trace",
+                   line, tf_text_of(v), in->pid);
   /* The importer takes a missing tid as the pid: the event keeps the thread it had. */
   if (pid != (int64_t)json_object_get_uint64(v) &&
       (!json_object_object_get_ex(o, "tid", &tid) || !tid))
@@ -362,16 +362,16 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
     /* v is NULL for "ts":null (json-c's null), and parse_us refuses NULL. */
     if (parse_us(v ? json_object_get_string(v) : NULL, &ts) || ts > UINT64_MAX - in->base_ns)
       return tf_fail(in->path,
-                  "line %" PRIu64 ": ts %s is not in microseconds with at most three "
-                  "decimals after base_time_ns: not a gpuprof trace",
-                  line, tf_text_of(v));
+                     "line %" PRIu64 ": ts %s is not in microseconds with at most three "
+                     "decimals after base_time_ns: not a gpuprof trace",
+                     line, tf_text_of(v));
     /* delta <= in->base_ns: no carry. Past 2^42 µs the importer's double loses the ns. */
     if (ts + delta >= JSON_TS_MAX_NS)
       return tf_fail(in->path,
-                  "line %" PRIu64 ": ts %s is %" PRIu64 " µs after the earliest input's base: "
-                  "a JSON trace keeps ns only below 2^42 µs (51 days); merge traces of one "
-                  "time, or the .pftrace captures",
-                  line, tf_text_of(v), (ts + delta) / 1000);
+                     "line %" PRIu64 ": ts %s is %" PRIu64 " µs after the earliest input's base: "
+                     "a JSON trace keeps ns only below 2^42 µs (51 days); merge traces of one "
+                     "time, or the .pftrace captures",
+                     line, tf_text_of(v), (ts + delta) / 1000);
     json_object_object_add(o, "ts", us_number(ts + delta));
   }
   /* Ids 1 .. 2^32 - 1 (CUPTI's correlation ids): input k's land in k * 2^32 + [1, 2^32), so
@@ -379,17 +379,17 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
   if (json_object_object_get_ex(o, "id", &v)) {
     if (tf_int_in(v, 1, UINT32_MAX, &id))
       return tf_fail(in->path,
-                  "line %" PRIu64 ": flow id %s is not a 32-bit correlation id: not "
-                  "a gpuprof trace",
-                  line, tf_text_of(v));
+                     "line %" PRIu64 ": flow id %s is not a 32-bit correlation id: not "
+                     "a gpuprof trace",
+                     line, tf_text_of(v));
     json_object_object_add(o, "id", json_object_new_int64((int64_t)remap_id(in, (uint64_t)id)));
   }
   if (args && json_object_object_get_ex(args, "correlation", &v)) {
     if (tf_int_in(v, 0, UINT32_MAX, &id))
       return tf_fail(in->path,
-                  "line %" PRIu64 ": correlation %s is not a 32-bit correlation id: not a "
-                  "gpuprof trace",
-                  line, tf_text_of(v));
+                     "line %" PRIu64 ": correlation %s is not a 32-bit correlation id: not a "
+                     "gpuprof trace",
+                     line, tf_text_of(v));
     json_object_object_add(args, "correlation",
                            json_object_new_int64((int64_t)remap_id(in, (uint64_t)id)));
   }
@@ -407,9 +407,9 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
       /* The writer's are int32 (trace_internal.h): k * 100 + one cannot overflow. */
       if (tf_int_in(v, INT32_MIN, INT32_MAX, &si))
         return tf_fail(in->path,
-                    "line %" PRIu64 ": sort_index %s is not a 32-bit integer: not a gpuprof "
-                    "trace",
-                    line, tf_text_of(v));
+                       "line %" PRIu64 ": sort_index %s is not a 32-bit integer: not a gpuprof "
+                       "trace",
+                       line, tf_text_of(v));
       json_object_object_add(args, "sort_index", json_object_new_int64((int64_t)in->k * 100 + si));
     }
   }
@@ -539,11 +539,12 @@ static int pf_check(const struct input *in, const Packet *p)
     return tf_fail(in->path, "a compressed chunk with other fields: not a gpuprof trace");
   if (tf_seq_of(p) > MAX_UUID + 1)
     return tf_fail(in->path, "packet sequence %" PRIu32 " beyond the writer's: not a gpuprof trace",
-                tf_seq_of(p));
+                   tf_seq_of(p));
   if (defs && defs->track_event_defaults && defs->track_event_defaults->has_track_uuid &&
       defs->track_event_defaults->track_uuid > MAX_UUID)
-    return tf_fail(in->path, "default track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
-                defs->track_event_defaults->track_uuid);
+    return tf_fail(in->path,
+                   "default track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
+                   defs->track_event_defaults->track_uuid);
   if (p->data_case == GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_DESCRIPTOR) {
     const Gpuprof__Perfetto__TrackDescriptor *d = p->track_descriptor;
     if (!d->has_uuid || d->uuid > MAX_UUID || (d->has_parent_uuid && d->parent_uuid > MAX_UUID))
@@ -552,22 +553,23 @@ static int pf_check(const struct input *in, const Packet *p)
   if (p->data_case != GPUPROF__PERFETTO__TRACE_PACKET__DATA_TRACK_EVENT)
     return 0;
   if (ev->has_track_uuid && ev->track_uuid > MAX_UUID)
-    return tf_fail(in->path, "event track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
-                ev->track_uuid);
+    return tf_fail(in->path,
+                   "event track uuid %" PRIu64 " beyond the writer's: not a gpuprof trace",
+                   ev->track_uuid);
   for (size_t i = 0; i < ev->n_flow_ids + ev->n_terminating_flow_ids; i++) {
     uint64_t id =
         i < ev->n_flow_ids ? ev->flow_ids[i] : ev->terminating_flow_ids[i - ev->n_flow_ids];
     if (!id || id >> ID_SHIFT)
       return tf_fail(in->path,
-                  "flow id %" PRIu64 " is not a 32-bit correlation id: not a gpuprof "
-                  "trace",
-                  id);
+                     "flow id %" PRIu64 " is not a 32-bit correlation id: not a gpuprof "
+                     "trace",
+                     id);
   }
   if (ev->correlation_id_field_case && ev->correlation_id >> ID_SHIFT)
     return tf_fail(in->path,
-                "correlation id %" PRIu64 " is not a 32-bit correlation id: not a "
-                "gpuprof trace",
-                ev->correlation_id);
+                   "correlation id %" PRIu64 " is not a 32-bit correlation id: not a "
+                   "gpuprof trace",
+                   ev->correlation_id);
   return 0;
 }
 
@@ -617,7 +619,7 @@ static int pf_scan(struct input *in)
 
     if (!pkt) {
       rc = tf_fail(in->path, "packet %" PRIu64 " does not decode: not a gpuprof trace",
-                in->packets + 1);
+                   in->packets + 1);
       goto out;
     }
     if (!in->packets && (tf_seq_of(pkt) != 1 ||
@@ -797,9 +799,9 @@ static int pf_rewrite(struct input *in, Packet *pkt, char *name, size_t name_len
   return 0;
 bad_pid:
   return tf_fail(in->path,
-              "track pid %" PRId32 " is neither its process (%" PRIu32 ") nor one of its GPUs: "
-              "not a gpuprof trace",
-              orig, in->pid);
+                 "track pid %" PRId32 " is neither its process (%" PRIu32 ") nor one of its GPUs: "
+                 "not a gpuprof trace",
+                 orig, in->pid);
 }
 
 static int pf_copy(struct merge *m, struct input *in, const char *out)
@@ -965,7 +967,7 @@ static int sniff(struct input *in)
     in->fam = FAM_PFTRACE;
   } else {
     return tf_fail(in->path, n ? "not a gpuprof trace (neither JSON nor .pftrace)"
-                            : "empty file: not a gpuprof trace");
+                               : "empty file: not a gpuprof trace");
   }
   return 0;
 }
@@ -979,7 +981,7 @@ static int meta_required(struct input *in)
 
   if (!w || strncmp(w, "gpuprof trace ", 14))
     return tf_fail(in->path, "no \"trace_writer\": \"gpuprof trace ...\" in its metadata: not a "
-                          "gpuprof trace");
+                             "gpuprof trace");
   if (!json_object_object_get_ex(in->meta, "base_time_ns", &v))
     return tf_fail(in->path, "no base_time_ns in its metadata: not a gpuprof trace");
   /* An integer in JSON, a decimal string in .pftrace (a debug annotation): digits only
@@ -1127,10 +1129,10 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
     rc = sniff(&m.in[i]);
     if (!rc && m.in[i].fam != m.in[0].fam)
       rc = tf_fail(paths[i],
-                "a %s trace among %s ones: merge JSON traces (.json, .json.gz) or "
-                ".pftrace traces, not both",
-                m.in[i].fam == FAM_PFTRACE ? ".pftrace" : "JSON",
-                m.in[0].fam == FAM_PFTRACE ? ".pftrace" : "JSON");
+                   "a %s trace among %s ones: merge JSON traces (.json, .json.gz) or "
+                   ".pftrace traces, not both",
+                   m.in[i].fam == FAM_PFTRACE ? ".pftrace" : "JSON",
+                   m.in[0].fam == FAM_PFTRACE ? ".pftrace" : "JSON");
   }
   fam = rc ? FAM_JSON : m.in[0].fam;
   gz = m.in[0].gz;
@@ -1139,10 +1141,10 @@ int merge_traces(const char *out, const char *const *paths, size_t n, char *writ
       enum family want = ends_with(out, ".pftrace") ? FAM_PFTRACE : FAM_JSON;
       if (want != fam)
         rc = tf_fail(out,
-                  "the inputs are %s traces: the merged trace is %s (the format is not "
-                  "converted)",
-                  fam == FAM_PFTRACE ? ".pftrace" : "JSON",
-                  fam == FAM_PFTRACE ? ".pftrace" : ".json or .json.gz");
+                     "the inputs are %s traces: the merged trace is %s (the format is not "
+                     "converted)",
+                     fam == FAM_PFTRACE ? ".pftrace" : "JSON",
+                     fam == FAM_PFTRACE ? ".pftrace" : ".json or .json.gz");
       gz = ends_with(out, ".json.gz");
     }
     for (size_t i = 0; i < n && !rc; i++)

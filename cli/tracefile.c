@@ -33,7 +33,6 @@ int tf_io_fail(const char *path, const char *what, int err)
   return -(err ? err : EIO);
 }
 
-
 /* The next line without its newline in l->buf (l->len); 1, 0 at the end, or -errno. */
 int tf_line_next(struct tf_lines *l)
 {
@@ -44,7 +43,7 @@ int tf_line_next(struct tf_lines *l)
     if (err == Z_OK || err == Z_STREAM_END || (err == Z_BUF_ERROR && gzeof(l->f)))
       return err == Z_BUF_ERROR ? -EPIPE : 0;
     return tf_fail(l->path, "read error after line %" PRIu64 ": %s", l->no,
-                err == Z_ERRNO ? strerror(errno) : msg);
+                   err == Z_ERRNO ? strerror(errno) : msg);
   }
   l->no++;
   l->len = strlen(l->buf);
@@ -54,7 +53,7 @@ int tf_line_next(struct tf_lines *l)
   }
   if (l->len >= TF_LINE_CAP - 1)
     return tf_fail(l->path, "line %" PRIu64 " is longer than %u bytes: not a gpuprof trace", l->no,
-                TF_LINE_CAP);
+                   TF_LINE_CAP);
   /* The last line has no newline: the file ends inside it (the writer ends every line). */
   gzerror(l->f, &err);
   return err == Z_BUF_ERROR ? -EPIPE : 2;
@@ -134,7 +133,6 @@ json_object *tf_parse_event(json_tokener *tok, const char *text, size_t len)
   return o;
 }
 
-
 const char *tf_text_of(json_object *v)
 {
   return v ? json_object_get_string(v) : "null";
@@ -158,8 +156,6 @@ const char *tf_str_of(json_object *o, const char *key)
     return NULL;
   return json_object_get_string(v);
 }
-
-
 
 static void *arena_alloc(void *data, size_t n)
 {
@@ -191,7 +187,6 @@ static int arena_fit(struct tf_arena *a, size_t wire)
   a->cap = a->mem ? need : 0;
   return a->mem ? 0 : -ENOMEM;
 }
-
 
 /* Makes n bytes available at buf + start; 1, 0 when the file ends first, or -errno. */
 static int pf_need(struct tf_pf_reader *r, size_t n)
@@ -260,11 +255,12 @@ static int pf_inflate(struct tf_pf_reader *r, const uint8_t *zdata, size_t zlen)
       uint8_t *nb = cap <= TF_PACKET_MAX ? realloc(r->chunk, cap) : NULL;
       if (!nb) {
         inflateEnd(&z);
-        return cap <= TF_PACKET_MAX ? tf_io_fail(r->path, "cannot read", ENOMEM)
-                                 : tf_fail(r->path,
-                                        "byte %" PRIu64 ": a compressed chunk of over %u bytes: "
-                                        "not a gpuprof trace",
-                                        r->chunk_offset, TF_PACKET_MAX);
+        return cap <= TF_PACKET_MAX
+                   ? tf_io_fail(r->path, "cannot read", ENOMEM)
+                   : tf_fail(r->path,
+                             "byte %" PRIu64 ": a compressed chunk of over %u bytes: "
+                             "not a gpuprof trace",
+                             r->chunk_offset, TF_PACKET_MAX);
       }
       r->chunk = nb;
       r->chunk_cap = cap;
@@ -279,9 +275,9 @@ static int pf_inflate(struct tf_pf_reader *r, const uint8_t *zdata, size_t zlen)
   inflateEnd(&z);
   if (zrc != Z_STREAM_END || z.avail_in)
     return tf_fail(r->path,
-                "byte %" PRIu64 ": a compressed chunk that does not inflate whole: "
-                "not a gpuprof trace",
-                r->chunk_offset);
+                   "byte %" PRIu64 ": a compressed chunk that does not inflate whole: "
+                   "not a gpuprof trace",
+                   r->chunk_offset);
   return 0;
 }
 
@@ -296,16 +292,16 @@ static int chunk_next(struct tf_pf_reader *r, const uint8_t **p, size_t *n)
   if (r->chunk[r->chunk_pos] != 0x0A || pb_get_varint(r->chunk, r->chunk_len, &at, &len) ||
       len > r->chunk_len - at || len > TF_PACKET_MAX)
     return tf_fail(r->path,
-                "byte %" PRIu64 ": a compressed chunk holds a cut packet: not a "
-                "gpuprof trace",
-                r->chunk_offset);
+                   "byte %" PRIu64 ": a compressed chunk holds a cut packet: not a "
+                   "gpuprof trace",
+                   r->chunk_offset);
   *p = r->chunk + at;
   *n = (size_t)len;
   if (is_chunk(*p, *n, &z, &zlen))
     return tf_fail(r->path,
-                "byte %" PRIu64 ": a compressed chunk inside a compressed chunk: not "
-                "a gpuprof trace",
-                r->chunk_offset);
+                   "byte %" PRIu64 ": a compressed chunk inside a compressed chunk: not "
+                   "a gpuprof trace",
+                   r->chunk_offset);
   r->chunk_pos = at + len;
   return 1;
 }
@@ -338,7 +334,7 @@ static int file_next(struct tf_pf_reader *r, const uint8_t **p, size_t *n)
   }
   if (len > TF_PACKET_MAX)
     return tf_fail(r->path, "byte %" PRIu64 ": a packet of %" PRIu64 " bytes: not a gpuprof trace",
-                r->offset, len);
+                   r->offset, len);
   rc = pf_need(r, h + len);
   if (rc < 0)
     return rc;
