@@ -220,7 +220,7 @@ static int json_scan(struct input *in)
     goto out;
   while ((rc = tf_line_next(&l)) > 0) {
     if (l.no == 1 && strncmp(l.buf, TF_JSON_HEADER, sizeof(TF_JSON_HEADER) - 1) != 0) {
-      if (l.len > 15 && !strncmp(l.buf, "               [{", 17))
+      if (!strncmp(l.buf, TF_JSON_HEADER_UNFINISHED, sizeof(TF_JSON_HEADER_UNFINISHED) - 1))
         rc = tf_fail(in->path, "the trace was not finished (its process was killed during the "
                                "capture, or the file was cut): without its metadata its times "
                                "cannot be placed on a common clock; open it on its own");
@@ -298,35 +298,6 @@ out:
   return rc < 0 ? rc : 0;
 }
 
-/* "123.456" (µs, up to three decimals) -> ns, exactly; -EINVAL for any other text, or ns
- * beyond 64 bits. s is NULL for a JSON null. */
-static int parse_us(const char *s, uint64_t *ns)
-{
-  uint64_t v = 0;
-  int frac = -1;
-
-  if (!s || !*s)
-    return -EINVAL;
-  for (; *s; s++) {
-    if (*s == '.' && frac < 0) {
-      frac = 0;
-      continue;
-    }
-    if (*s < '0' || *s > '9' || frac >= 3 || v > UINT64_MAX / 10 - 10)
-      return -EINVAL;
-    v = v * 10 + (uint64_t)(*s - '0');
-    if (frac >= 0)
-      frac++;
-  }
-  for (frac = frac < 0 ? 0 : frac; frac < 3; frac++) {
-    if (v > UINT64_MAX / 10)
-      return -EINVAL;
-    v *= 10;
-  }
-  *ns = v;
-  return 0;
-}
-
 static json_object *us_number(uint64_t ns)
 {
   char t[32];
@@ -360,7 +331,7 @@ static int json_rewrite(struct input *in, json_object *o, uint64_t delta, uint64
   json_object_object_add(o, "pid", json_object_new_int64(pid));
   if (json_object_object_get_ex(o, "ts", &v)) {
     /* v is NULL for "ts":null (json-c's null), and parse_us refuses NULL. */
-    if (parse_us(v ? json_object_get_string(v) : NULL, &ts) || ts > UINT64_MAX - in->base_ns)
+    if (tf_parse_us(v ? json_object_get_string(v) : NULL, &ts) || ts > UINT64_MAX - in->base_ns)
       return tf_fail(in->path,
                      "line %" PRIu64 ": ts %s is not in microseconds with at most three "
                      "decimals after base_time_ns: not a gpuprof trace",

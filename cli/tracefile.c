@@ -157,6 +157,35 @@ const char *tf_str_of(json_object *o, const char *key)
   return json_object_get_string(v);
 }
 
+/* "123.456" (µs, up to three decimals) -> ns, exactly; -EINVAL for any other text, or ns
+ * beyond 64 bits. s is NULL for a JSON null. */
+int tf_parse_us(const char *s, uint64_t *ns)
+{
+  uint64_t v = 0;
+  int frac = -1;
+
+  if (!s || !*s)
+    return -EINVAL;
+  for (; *s; s++) {
+    if (*s == '.' && frac < 0) {
+      frac = 0;
+      continue;
+    }
+    if (*s < '0' || *s > '9' || frac >= 3 || v > UINT64_MAX / 10 - 10)
+      return -EINVAL;
+    v = v * 10 + (uint64_t)(*s - '0');
+    if (frac >= 0)
+      frac++;
+  }
+  for (frac = frac < 0 ? 0 : frac; frac < 3; frac++) {
+    if (v > UINT64_MAX / 10)
+      return -EINVAL;
+    v *= 10;
+  }
+  *ns = v;
+  return 0;
+}
+
 static void *arena_alloc(void *data, size_t n)
 {
   struct tf_arena *a = data;

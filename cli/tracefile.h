@@ -22,6 +22,9 @@ int tf_io_fail(const char *path, const char *what, int err);
 #define TF_LINE_CAP (512u * 1024u) /* longer than any line the JSON writer emits */
 #define TF_JSON_HEADER "{\"traceEvents\":["
 #define TF_JSON_META "],\"metadata\":"
+/* The start of a plain JSON trace whose writer never closed it (a killed process's): the
+ * writer overwrites these 15 spaces with {"traceEvents": at close (export/trace_json.c). */
+#define TF_JSON_HEADER_UNFINISHED "               ["
 
 struct tf_lines {
   gzFile f;
@@ -49,6 +52,9 @@ const char *tf_text_of(json_object *v);
 int tf_int_in(json_object *v, int64_t lo, int64_t hi, int64_t *out);
 /* o[key] when it is a string, else NULL. */
 const char *tf_str_of(json_object *o, const char *key);
+/* "123.456" (µs, up to three decimals, as the writer's timestamps) -> ns, exactly; -EINVAL
+ * for any other text (NULL too), or ns beyond 64 bits. */
+int tf_parse_us(const char *s, uint64_t *ns);
 
 /* ---- .pftrace: length-delimited packets, the agent's in deflated chunks ---- */
 
