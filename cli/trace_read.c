@@ -300,7 +300,8 @@ int trace_read(const char *path, const struct tr_sink *sink)
     f.filtered.device = sink->device ? only_cat_device : NULL;
     return trace_read_pftrace(path, &f.filtered);
   }
-  if (n >= 1 && (head[0] == '{' || head[0] == ' ' || (n == 2 && head[0] == 0x1f && head[1] == 0x8b)))
+  if (n >= 1 &&
+      (head[0] == '{' || head[0] == ' ' || (n == 2 && head[0] == 0x1f && head[1] == 0x8b)))
     return trace_read_json(path, sink);
   return tf_fail(path, "not a gpuprof trace (neither JSON, gzip nor Perfetto protobuf)");
 }
