@@ -1,5 +1,5 @@
-/* The gpuprof command: runs a program with the agent injected, lists agents, takes and merges
- * captures. */
+/* The gpuprof command: runs a program with the agent injected, lists agents, takes, merges and
+ * analyzes captures. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <libgen.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/analyze.h"
 #include "cli/client.h"
 #include "cli/merge.h"
 #include "include/gpuprof/gpuprof.h"
@@ -24,6 +25,7 @@ static void usage(FILE *out)
           "                       [--merge]\n"
           "       gpuprof stop [--pid N | --all] [--run-dir DIR]\n"
           "       gpuprof merge [-o OUT] FILE...\n"
+          "       gpuprof analyze [--json FILE|-] TRACE...\n"
           "       gpuprof version\n"
           "\n"
           "run      runs PROGRAM with the gpuprof agent injected (CUDA_INJECTION64_PATH, and\n"
@@ -43,6 +45,10 @@ static void usage(FILE *out)
           "stop     ends the running capture early\n"
           "merge    merges capture traces of several processes (JSON, or .pftrace) into one\n"
           "         trace on one clock (-o OUT, else next to the first); prints the file\n"
+          "analyze  reads capture traces (one per process, e.g. every rank of a job) and reports\n"
+          "         GPU busy time, the longest idle gaps and the host calls in them, the top\n"
+          "         kernels, copies and CUDA calls, and which rank an NCCL hang waits for\n"
+          "         (--json FILE, or - for stdout: the report as JSON; docs/ANALYZE.md)\n"
           "\n"
           "exit status: 0 ok, 1 error, 2 usage, 3 busy (a capture was running), 4 no agent\n"
           "(docs/CONTROL.md)\n");
@@ -148,6 +154,8 @@ int main(int argc, char **argv)
     return cmd_stop(argc - 2, argv + 2);
   if (strcmp(argv[1], "merge") == 0)
     return cmd_merge(argc - 2, argv + 2);
+  if (strcmp(argv[1], "analyze") == 0)
+    return cmd_analyze(argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0) {
     printf("gpuprof %s\n", GPUPROF_VERSION_STRING);
     return 0;

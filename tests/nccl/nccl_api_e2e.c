@@ -18,15 +18,7 @@
 
 #include "tests/fakegpu/fakegpu.h"
 #include "tests/lib/e2e.h"
-
-#define NC(call)                                                                                   \
-  do {                                                                                             \
-    ncclResult_t r_ = (call);                                                                      \
-    if (r_ != ncclSuccess) {                                                                       \
-      fprintf(stderr, "%s: %s\n", #call, ncclGetErrorString(r_));                                  \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
+#include "tests/lib/e2e_nccl.h"
 
 #define K_AR_BF16 "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"
 #define K_AR_F32 "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"

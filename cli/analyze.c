@@ -1,0 +1,1417 @@
+/* gpuprof analyze: what a capture says about where GPU time went, and which rank a hang waits on.
+ */
+#define _GNU_SOURCE
+#include "cli/analyze.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/trace_read.h"
+#include "cli/tracefile.h"
+
+/*
+ * Each trace is read twice (cli/trace_read.c, streaming): the first pass sums what each GPU,
+ * kernel, copy direction, API call and NCCL communicator did and keeps every GPU activity's
+ * interval (16 bytes each: the GPU's busy time is their union, its idle gaps what lies between);
+ * the second pass, once the longest gaps are known, finds the host calls that overlap them.
+ * The communicators of all the traces are then compared by their hash, which is the same on
+ * every rank: that is how a hang's missing rank is found (docs/ANALYZE.md).
+ */
+
+#define EXIT_BAD_INPUT 2
+#define MAX_GPUS 64u
+#define TOP_GAPS 5
+#define TOP_ROWS 10
+#define GAP_CALLS 3 /* host calls reported per gap */
+#define SHORT_KERNEL_NS                                                                            \
+  10000u /* launch overhead is some µs: work shorter than this is bound by it */
+
+struct span {
+  uint64_t start, end;
+};
+
+/* Totals by name (kernels, copy directions, API calls). */
+struct stat {
+  char *name;
+  uint64_t count, total_ns, max_ns, bytes;
+};
+
+struct stats {
+  struct stat *tab; /* open addressing, a power of two */
+  size_t cap, len;
+};
+
+/* A host call that overlaps an idle gap, summed per thread and name. */
+struct gap_call {
+  uint32_t tid;
+  char *name;
+  uint64_t overlap_ns;
+};
+
+struct gap {
+  uint64_t start, end;
+  struct gap_call *calls; /* per thread and call; largest first once the trace is read */
+  size_t n_calls, cap_calls;
+  uint64_t covered_ns; /* of the gap, under any host CUDA call */
+  struct span *cover;  /* pass 2: the host calls' overlaps, to take their union */
+  size_t n_cover, cap_cover;
+};
+
+struct gpu {
+  int seen;
+  char *name;
+  struct span *busy; /* kernels, copies and sets */
+  size_t n_busy, cap_busy;
+  uint64_t busy_ns, first_ns, last_ns;
+  uint64_t kernels, kernel_ns, short_kernels, short_ns, copies, copy_ns, copy_bytes, sets, set_ns;
+  uint64_t mem_peak, mem_peak_ts, mem_samples;
+  struct gap gaps[TOP_GAPS];
+  int n_gaps;
+};
+
+/* A finished collective: function (an index into its comm's newest[]), number, kernel start. */
+struct coll {
+  int func;
+  int64_t seq;
+  uint64_t start_ns;
+};
+
+/* One rank's view of a communicator. NCCL numbers collectives per function (seq counts the
+ * communicator's AllReduces, apart from its AllGathers, ...). */
+#define COMM_FUNCS 16
+struct comm {
+  char *hash;
+  int64_t rank, nranks;
+  uint32_t device;
+  uint64_t ops, bytes, time_ns;
+  struct {
+    char *func;
+    int64_t seq;
+  } newest[COMM_FUNCS]; /* the newest finished collective of each function */
+  int n_newest;
+  /* Pending at the capture's end (a hang): the oldest one, and how many. */
+  uint64_t pending;
+  char *pend_func, *pend_state;
+  int64_t pend_seq; /* -1: none */
+  uint64_t pend_posted_ns;
+  /* Finished collectives run one to a kernel: when each started, to compare ranks. */
+  struct coll *colls;
+  size_t n_colls, cap_colls;
+};
+
+struct trace {
+  const char *path;
+  int cut; /* the file ended early */
+  json_object *meta;
+  uint32_t pid;
+  uint64_t start_ns, end_ns;
+  int gpu_only;
+  struct gpu gpus[MAX_GPUS];
+  struct stats kernels, copies, api, syncs;
+  struct {
+    uint32_t tid;
+    char *name;
+  } * threads;
+  size_t n_threads;
+  struct comm *comms;
+  size_t n_comms;
+  uint64_t host_calls;
+  int pass;
+  /* Pass 2: every GPU's gaps by start, and the latest end among the first i + 1. */
+  struct gap **gap_index;
+  uint64_t *gap_max_end;
+  size_t n_gap_index;
+};
+
+static void *xrealloc(void *p, size_t n)
+{
+  void *q = realloc(p, n ? n : 1);
+
+  if (!q) {
+    fprintf(stderr, "gpuprof analyze: out of memory\n");
+    exit(1);
+  }
+  return q;
+}
+
+static char *xstrdup(const char *s)
+{
+  char *d = strdup(s ? s : "");
+
+  if (!d) {
+    fprintf(stderr, "gpuprof analyze: out of memory\n");
+    exit(1);
+  }
+  return d;
+}
+
+static uint64_t hash_name(const char *s)
+{
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static struct stat *stats_get(struct stats *t, const char *name)
+{
+  size_t i;
+
+  if ((t->len + 1) * 2 > t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    struct stat *nt = xrealloc(NULL, cap * sizeof(*nt));
+
+    memset(nt, 0, cap * sizeof(*nt));
+    for (size_t j = 0; j < t->cap; j++) {
+      if (!t->tab[j].name)
+        continue;
+      for (i = hash_name(t->tab[j].name) & (cap - 1); nt[i].name; i = (i + 1) & (cap - 1)) {
+      }
+      nt[i] = t->tab[j];
+    }
+    free(t->tab);
+    t->tab = nt;
+    t->cap = cap;
+  }
+  for (i = hash_name(name) & (t->cap - 1); t->tab[i].name; i = (i + 1) & (t->cap - 1))
+    if (!strcmp(t->tab[i].name, name))
+      return &t->tab[i];
+  t->tab[i].name = xstrdup(name);
+  t->len++;
+  return &t->tab[i];
+}
+
+static void stats_add(struct stats *t, const char *name, uint64_t dur, uint64_t bytes)
+{
+  struct stat *s = stats_get(t, name);
+
+  s->count++;
+  s->total_ns += dur;
+  s->bytes += bytes;
+  if (dur > s->max_ns)
+    s->max_ns = dur;
+}
+
+static int by_total(const void *a, const void *b)
+{
+  const struct stat *x = a, *y = b;
+
+  if (x->total_ns != y->total_ns)
+    return x->total_ns < y->total_ns ? 1 : -1;
+  return strcmp(x->name, y->name);
+}
+
+/* The entries, largest total first (a new array; the names stay the table's). */
+static struct stat *stats_sorted(const struct stats *t)
+{
+  struct stat *v = xrealloc(NULL, t->len * sizeof(*v));
+  size_t n = 0;
+
+  for (size_t i = 0; i < t->cap; i++)
+    if (t->tab[i].name)
+      v[n++] = t->tab[i];
+  qsort(v, n, sizeof(*v), by_total);
+  return v;
+}
+
+static void stats_free(struct stats *t)
+{
+  for (size_t i = 0; i < t->cap; i++)
+    free(t->tab[i].name);
+  free(t->tab);
+}
+
+/* o[key] = v, for the report's objects. */
+static void put_u64(json_object *o, const char *key, uint64_t v)
+{
+  json_object_object_add(o, key, json_object_new_uint64(v));
+}
+
+static void put_i64(json_object *o, const char *key, int64_t v)
+{
+  json_object_object_add(o, key, json_object_new_int64(v));
+}
+
+static void put_str(json_object *o, const char *key, const char *v)
+{
+  json_object_object_add(o, key, json_object_new_string(v));
+}
+
+static uint64_t arg_u(json_object *args, const char *key, uint64_t dflt)
+{
+  json_object *v;
+  int64_t n;
+
+  if (!args || !json_object_object_get_ex(args, key, &v) || tf_int_in(v, 0, INT64_MAX, &n))
+    return dflt;
+  return (uint64_t)n;
+}
+
+static const char *arg_s(json_object *args, const char *key)
+{
+  return args ? tf_str_of(args, key) : NULL;
+}
+
+static const char *thread_name(const struct trace *t, uint32_t tid, char *buf, size_t n)
+{
+  for (size_t i = 0; i < t->n_threads; i++)
+    if (t->threads[i].tid == tid)
+      return t->threads[i].name;
+  snprintf(buf, n, "thread %" PRIu32, tid);
+  return buf;
+}
+
+static void on_thread(void *ctx, uint32_t tid, const char *name)
+{
+  struct trace *t = ctx;
+
+  for (size_t i = 0; i < t->n_threads; i++)
+    if (t->threads[i].tid == tid) {
+      free(t->threads[i].name);
+      t->threads[i].name = xstrdup(name);
+      return;
+    }
+  t->threads = xrealloc(t->threads, (t->n_threads + 1) * sizeof(*t->threads));
+  t->threads[t->n_threads].tid = tid;
+  t->threads[t->n_threads++].name = xstrdup(name);
+}
+
+static void on_device(void *ctx, uint32_t device, const char *name)
+{
+  struct trace *t = ctx;
+
+  if (device >= MAX_GPUS)
+    return;
+  free(t->gpus[device].name);
+  t->gpus[device].name = xstrdup(name);
+}
+
+static void on_meta(void *ctx, json_object *meta)
+{
+  struct trace *t = ctx;
+
+  if (!t->meta)
+    t->meta = json_object_get(meta);
+}
+
+/* Host calls that only wait for the GPU. */
+static int is_sync(const char *name)
+{
+  return strstr(name, "Synchronize") != NULL || !strcmp(name, "cudaEventQuery") ||
+         !strcmp(name, "cudaStreamQuery");
+}
+
+static struct comm *comm_of(struct trace *t, const char *hash, json_object *args, uint32_t dev)
+{
+  int64_t rank = (int64_t)arg_u(args, "rank", UINT64_MAX);
+  struct comm *c;
+
+  for (size_t i = 0; i < t->n_comms; i++)
+    if (!strcmp(t->comms[i].hash, hash) && t->comms[i].rank == rank)
+      return &t->comms[i];
+  t->comms = xrealloc(t->comms, (t->n_comms + 1) * sizeof(*t->comms));
+  c = &t->comms[t->n_comms++];
+  memset(c, 0, sizeof(*c));
+  c->hash = xstrdup(hash);
+  c->rank = rank;
+  c->nranks = (int64_t)arg_u(args, "nranks", 0);
+  c->device = dev;
+  c->pend_seq = -1;
+  return c;
+}
+
+/* The newest finished collective of func on c; -1: none. */
+static int64_t newest_seq(const struct comm *c, const char *func)
+{
+  for (int i = 0; i < c->n_newest; i++)
+    if (!strcmp(c->newest[i].func, func))
+      return c->newest[i].seq;
+  return -1;
+}
+
+/* A finished collective's start, for comparing the ranks' arrivals. Only those that ran a
+ * kernel of their own: the operations of a group share one and are drawn as its slices. */
+static void nccl_arrival(struct comm *c, const struct tr_event *e, int64_t seq)
+{
+  int f;
+
+  if (arg_u(e->args, "group_ops", 1) > 1)
+    return;
+  for (f = 0; f < c->n_newest && strcmp(c->newest[f].func, e->name); f++) {
+  }
+  if (f == c->n_newest)
+    return; /* more functions than COMM_FUNCS */
+  if (c->n_colls == c->cap_colls) {
+    c->cap_colls = c->cap_colls ? c->cap_colls * 2 : 64;
+    c->colls = xrealloc(c->colls, c->cap_colls * sizeof(*c->colls));
+  }
+  c->colls[c->n_colls++] = (struct coll){f, seq, e->ts_ns};
+}
+
+static void nccl_event(struct trace *t, const struct tr_event *e)
+{
+  const char *hash = arg_s(e->args, "comm"), *state = arg_s(e->args, "state");
+  uint64_t seq = arg_u(e->args, "seq", UINT64_MAX);
+  struct comm *c;
+
+  if (!hash)
+    return;
+  c = comm_of(t, hash, e->args, e->device);
+  if (state) {
+    uint64_t posted = arg_u(e->args, "posted_ns", e->ts_ns);
+    /* The oldest pending operation is the one the communicator is stuck in. */
+    if (!c->pending || posted < c->pend_posted_ns) {
+      free(c->pend_func);
+      free(c->pend_state);
+      c->pend_func = xstrdup(e->name);
+      c->pend_state = xstrdup(state);
+      c->pend_seq = seq == UINT64_MAX ? -1 : (int64_t)seq;
+      c->pend_posted_ns = posted;
+    }
+    c->pending++;
+    return;
+  }
+  c->ops++;
+  c->bytes += arg_u(e->args, "bytes", 0);
+  c->time_ns += e->dur_ns;
+  if (seq == UINT64_MAX) /* point-to-point operations have none */
+    return;
+  for (int i = 0; i < c->n_newest; i++)
+    if (!strcmp(c->newest[i].func, e->name)) {
+      if ((int64_t)seq > c->newest[i].seq)
+        c->newest[i].seq = (int64_t)seq;
+      nccl_arrival(c, e, (int64_t)seq);
+      return;
+    }
+  if (c->n_newest < COMM_FUNCS) {
+    c->newest[c->n_newest].func = xstrdup(e->name);
+    c->newest[c->n_newest++].seq = (int64_t)seq;
+    nccl_arrival(c, e, (int64_t)seq);
+  }
+}
+
+static void gpu_work(struct trace *t, const struct tr_event *e)
+{
+  struct gpu *g = &t->gpus[e->device];
+  uint64_t end = e->ts_ns + e->dur_ns;
+
+  if (!g->seen || e->ts_ns < g->first_ns)
+    g->first_ns = e->ts_ns;
+  if (!g->seen || end > g->last_ns)
+    g->last_ns = end;
+  g->seen = 1;
+  if (g->n_busy == g->cap_busy) {
+    g->cap_busy = g->cap_busy ? g->cap_busy * 2 : 1024;
+    g->busy = xrealloc(g->busy, g->cap_busy * sizeof(*g->busy));
+  }
+  g->busy[g->n_busy++] = (struct span){e->ts_ns, end};
+  if (!strcmp(e->cat, "kernel")) {
+    g->kernels++;
+    g->kernel_ns += e->dur_ns;
+    if (e->dur_ns < SHORT_KERNEL_NS) {
+      g->short_kernels++;
+      g->short_ns += e->dur_ns;
+    }
+    stats_add(&t->kernels, e->name, e->dur_ns, 0);
+  } else if (!strcmp(e->cat, "gpu_memcpy")) {
+    uint64_t bytes = arg_u(e->args, "bytes", 0);
+    g->copies++;
+    g->copy_ns += e->dur_ns;
+    g->copy_bytes += bytes;
+    stats_add(&t->copies, e->name, e->dur_ns, bytes);
+  } else {
+    g->sets++;
+    g->set_ns += e->dur_ns;
+  }
+}
+
+/* One host call's share of the gaps it overlaps. */
+static void gap_add_call(struct gap *gp, const struct tr_event *e)
+{
+  uint64_t s = e->ts_ns > gp->start ? e->ts_ns : gp->start;
+  uint64_t end = e->ts_ns + e->dur_ns < gp->end ? e->ts_ns + e->dur_ns : gp->end;
+  size_t j;
+
+  if (s >= end)
+    return;
+  if (gp->n_cover == gp->cap_cover) {
+    gp->cap_cover = gp->cap_cover ? gp->cap_cover * 2 : 16;
+    gp->cover = xrealloc(gp->cover, gp->cap_cover * sizeof(*gp->cover));
+  }
+  gp->cover[gp->n_cover++] = (struct span){s, end};
+  /* A gap holds few distinct calls (threads x names): a list is enough. */
+  for (j = 0; j < gp->n_calls; j++)
+    if (gp->calls[j].tid == e->id && !strcmp(gp->calls[j].name, e->name))
+      break;
+  if (j == gp->n_calls) {
+    if (gp->n_calls == gp->cap_calls) {
+      gp->cap_calls = gp->cap_calls ? gp->cap_calls * 2 : 8;
+      gp->calls = xrealloc(gp->calls, gp->cap_calls * sizeof(*gp->calls));
+    }
+    gp->calls[gp->n_calls++] = (struct gap_call){e->id, xstrdup(e->name), 0};
+  }
+  gp->calls[j].overlap_ns += end - s;
+}
+
+/* The gaps a host call overlaps, found through the index (gaps of different GPUs overlap each
+ * other, so by start and by the latest end so far). */
+static void gaps_add_call(struct trace *t, const struct tr_event *e)
+{
+  uint64_t end = e->ts_ns + e->dur_ns;
+  size_t lo = 0, hi = t->n_gap_index;
+
+  while (lo < hi) { /* the first gap whose running latest end is past the call's start */
+    size_t mid = (lo + hi) / 2;
+    if (t->gap_max_end[mid] > e->ts_ns)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  for (size_t i = lo; i < t->n_gap_index && t->gap_index[i]->start < end; i++)
+    gap_add_call(t->gap_index[i], e);
+}
+
+static int by_overlap(const void *a, const void *b)
+{
+  const struct gap_call *x = a, *y = b;
+
+  if (x->overlap_ns != y->overlap_ns)
+    return x->overlap_ns < y->overlap_ns ? 1 : -1;
+  return strcmp(x->name, y->name);
+}
+
+static int by_gap_start(const void *a, const void *b)
+{
+  const struct gap *x = *(struct gap *const *)a, *y = *(struct gap *const *)b;
+
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static void on_event(void *ctx, const struct tr_event *e)
+{
+  struct trace *t = ctx;
+
+  if ((e->track != TR_HOST_THREAD && e->track != TR_HOST_NVTX) && e->device >= MAX_GPUS)
+    return;
+  if (t->pass == 2) {
+    if (e->track == TR_HOST_THREAD && e->kind == TR_SLICE && !strcmp(e->cat, "cuda_api"))
+      gaps_add_call(t, e);
+    return;
+  }
+  switch (e->track) {
+  case TR_HOST_THREAD:
+    if (e->kind != TR_SLICE || strcmp(e->cat, "cuda_api"))
+      return; /* NVTX ranges and marks */
+    t->host_calls++;
+    stats_add(&t->api, e->name, e->dur_ns, 0);
+    if (is_sync(e->name))
+      stats_add(&t->syncs, e->name, e->dur_ns, 0);
+    return;
+  case TR_GPU_STREAM:
+    if (e->kind == TR_SLICE)
+      gpu_work(t, e);
+    return;
+  case TR_GPU_NCCL:
+    if (e->kind == TR_SLICE)
+      nccl_event(t, e);
+    return;
+  case TR_GPU_MEMORY: {
+    struct gpu *g = &t->gpus[e->device];
+    if (!g->mem_samples++ || e->value > g->mem_peak) {
+      g->mem_peak = e->value;
+      g->mem_peak_ts = e->ts_ns;
+    }
+    return;
+  }
+  default:
+    return;
+  }
+}
+
+static int by_start(const void *a, const void *b)
+{
+  const struct span *x = a, *y = b;
+
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Sorts and merges spans in place: their union as disjoint spans in time order; its length. */
+static uint64_t spans_union(struct span *v, size_t *n)
+{
+  size_t out = 0;
+  uint64_t total = 0;
+
+  qsort(v, *n, sizeof(*v), by_start);
+  for (size_t i = 0; i < *n; i++) {
+    if (out && v[i].start <= v[out - 1].end) {
+      if (v[i].end > v[out - 1].end)
+        v[out - 1].end = v[i].end;
+      continue;
+    }
+    v[out++] = v[i];
+  }
+  for (size_t i = 0; i < out; i++)
+    total += v[i].end - v[i].start;
+  *n = out;
+  return total;
+}
+
+/* Busy time and the longest idle gaps between a GPU's first and last work. */
+static void gpu_finish(struct gpu *g)
+{
+  g->busy_ns = spans_union(g->busy, &g->n_busy);
+  for (size_t i = 1; i < g->n_busy; i++) {
+    struct gap gp = {.start = g->busy[i - 1].end, .end = g->busy[i].start};
+    int k = g->n_gaps < TOP_GAPS ? g->n_gaps++ : TOP_GAPS - 1;
+    if (k == TOP_GAPS - 1 && g->n_gaps == TOP_GAPS &&
+        g->gaps[k].end - g->gaps[k].start >= gp.end - gp.start)
+      continue;
+    g->gaps[k] = gp;
+    for (; k > 0 && g->gaps[k].end - g->gaps[k].start > g->gaps[k - 1].end - g->gaps[k - 1].start;
+         k--) {
+      struct gap tmp = g->gaps[k];
+      g->gaps[k] = g->gaps[k - 1];
+      g->gaps[k - 1] = tmp;
+    }
+  }
+  free(g->busy);
+  g->busy = NULL;
+}
+
+static uint64_t meta_u(json_object *meta, const char *key)
+{
+  return arg_u(meta, key, 0);
+}
+
+/* Reads one trace (both passes). 0, or an exit status. */
+static int trace_load(struct trace *t)
+{
+  struct tr_sink sink = {
+      .ctx = t, .meta = on_meta, .thread = on_thread, .device = on_device, .event = on_event};
+  json_object *v;
+  int rc;
+
+  t->pass = 1;
+  rc = trace_read(t->path, &sink);
+  if (rc < 0)
+    return rc == -EINVAL ? EXIT_BAD_INPUT : 1;
+  t->cut = rc == 1;
+  if (t->meta && json_object_object_get_ex(t->meta, "merged_by", &v)) {
+    tf_fail(t->path, "a merged trace: analyze the per-process traces it was merged from "
+                     "(its metadata lists them under \"inputs\")");
+    return EXIT_BAD_INPUT;
+  }
+  t->pid = (uint32_t)meta_u(t->meta, "pid");
+  t->start_ns = meta_u(t->meta, "capture_start_ns");
+  if (!t->start_ns)
+    t->start_ns = meta_u(t->meta, "base_time_ns");
+  t->end_ns = meta_u(t->meta, "capture_end_ns");
+  t->gpu_only = meta_u(t->meta, "gpu_only") != 0;
+  for (size_t d = 0; d < MAX_GPUS; d++) {
+    if (!t->gpus[d].seen)
+      continue;
+    gpu_finish(&t->gpus[d]);
+    if (!t->start_ns || t->gpus[d].first_ns < t->start_ns)
+      t->start_ns = t->start_ns ? t->start_ns : t->gpus[d].first_ns;
+    if (t->gpus[d].last_ns > t->end_ns && !meta_u(t->meta, "capture_end_ns"))
+      t->end_ns = t->gpus[d].last_ns; /* a cut capture: as far as it got */
+  }
+  if (!t->host_calls)
+    return 0;
+  /* Pass 2: the host calls under the gaps. The file was read once already: an error now is
+   * the file changing under us. */
+  t->gap_index = xrealloc(NULL, MAX_GPUS * TOP_GAPS * sizeof(*t->gap_index));
+  t->gap_max_end = xrealloc(NULL, MAX_GPUS * TOP_GAPS * sizeof(*t->gap_max_end));
+  for (size_t d = 0; d < MAX_GPUS; d++)
+    for (int k = 0; k < t->gpus[d].n_gaps; k++)
+      t->gap_index[t->n_gap_index++] = &t->gpus[d].gaps[k];
+  qsort(t->gap_index, t->n_gap_index, sizeof(*t->gap_index), by_gap_start);
+  for (size_t i = 0; i < t->n_gap_index; i++)
+    t->gap_max_end[i] = i && t->gap_max_end[i - 1] > t->gap_index[i]->end ? t->gap_max_end[i - 1]
+                                                                          : t->gap_index[i]->end;
+  t->pass = 2;
+  sink.meta = NULL;
+  sink.thread = NULL;
+  sink.device = NULL;
+  sink.only_cat = "cuda_api";
+  rc = trace_read(t->path, &sink);
+  if (rc < 0)
+    return 1;
+  for (size_t d = 0; d < MAX_GPUS; d++)
+    for (int k = 0; k < t->gpus[d].n_gaps; k++) {
+      struct gap *gp = &t->gpus[d].gaps[k];
+      gp->covered_ns = spans_union(gp->cover, &gp->n_cover);
+      free(gp->cover);
+      gp->cover = NULL;
+      qsort(gp->calls, gp->n_calls, sizeof(*gp->calls), by_overlap);
+    }
+  return 0;
+}
+
+static void trace_free(struct trace *t)
+{
+  for (size_t d = 0; d < MAX_GPUS; d++) {
+    struct gpu *g = &t->gpus[d];
+    free(g->name);
+    free(g->busy);
+    for (int k = 0; k < TOP_GAPS; k++) {
+      free(g->gaps[k].cover);
+      for (size_t j = 0; j < g->gaps[k].n_calls; j++)
+        free(g->gaps[k].calls[j].name);
+      free(g->gaps[k].calls);
+    }
+  }
+  free(t->gap_index);
+  free(t->gap_max_end);
+  stats_free(&t->kernels);
+  stats_free(&t->copies);
+  stats_free(&t->api);
+  stats_free(&t->syncs);
+  for (size_t i = 0; i < t->n_threads; i++)
+    free(t->threads[i].name);
+  free(t->threads);
+  for (size_t i = 0; i < t->n_comms; i++) {
+    free(t->comms[i].hash);
+    for (int k = 0; k < t->comms[i].n_newest; k++)
+      free(t->comms[i].newest[k].func);
+    free(t->comms[i].colls);
+    free(t->comms[i].pend_func);
+    free(t->comms[i].pend_state);
+  }
+  free(t->comms);
+  json_object_put(t->meta);
+}
+
+/* ---- across ranks: a communicator's ranks compared ---- */
+
+/* Appends to the string in buf (n bytes), cutting what does not fit. */
+static void append(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t n, const char *fmt, ...)
+{
+  size_t len = strlen(buf);
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(buf + len, n - len, fmt, ap);
+  va_end(ap);
+}
+
+/* " 1, 3" from a JSON array of ranks. */
+static void append_ranks(char *buf, size_t n, json_object *ranks)
+{
+  for (size_t i = 0; i < json_object_array_length(ranks); i++)
+    append(buf, n, "%s %" PRId64, i ? "," : "",
+           json_object_get_int64(json_object_array_get_idx(ranks, i)));
+}
+
+/* A communicator as all the traces see it: one entry per rank found. */
+struct rank_view {
+  const struct trace *t;
+  const struct comm *c;
+};
+
+/* A rank inside a collective that does not finish. */
+static int is_stuck(const struct comm *c)
+{
+  return c->pending && c->pend_seq >= 0 && c->pend_state &&
+         !strcmp(c->pend_state, "launched, not finished");
+}
+
+/*
+ * NCCL runs a communicator's collectives in the same order on every rank, numbered per
+ * function. In a hang, the ranks inside collective (F, N) wait for the ranks that are not:
+ * those whose newest finished F is below N and that are not inside (F, N) themselves (nothing
+ * of it pending, or it "not launched": still inside a group). Such a rank that is stuck inside
+ * another collective called them in another order. The stuck collective compared is the one
+ * most ranks are inside (the newest, on a tie). Returns the comparison as JSON, and in text the
+ * verdict (empty when no rank is stuck).
+ */
+static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nranks, char *text,
+                                 size_t tn)
+{
+  json_object *o = json_object_new_object(), *waiting = json_object_new_array(),
+              *behind = json_object_new_array(), *elsewhere = json_object_new_array(),
+              *missing = json_object_new_array();
+  const struct comm *front = NULL;
+  size_t front_n = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    size_t same = 0;
+    if (!is_stuck(v[i].c))
+      continue;
+    for (size_t j = 0; j < n; j++)
+      same += is_stuck(v[j].c) && v[j].c->pend_seq == v[i].c->pend_seq &&
+              !strcmp(v[j].c->pend_func, v[i].c->pend_func);
+    if (same > front_n || (same == front_n && v[i].c->pend_seq > front->pend_seq)) {
+      front = v[i].c;
+      front_n = same;
+    }
+  }
+  for (int64_t r = 0; r < nranks; r++) {
+    size_t i;
+    for (i = 0; i < n && v[i].c->rank != r; i++) {
+    }
+    if (i == n)
+      json_object_array_add(missing, json_object_new_int64(r));
+  }
+  text[0] = '\0';
+  json_object_object_add(o, "ranks_without_trace", missing);
+  if (!front) {
+    put_str(o, "verdict", "ok");
+    json_object_put(waiting);
+    json_object_put(behind);
+    json_object_put(elsewhere);
+    return o;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const struct comm *c = v[i].c;
+    if (is_stuck(c) && c->pend_seq == front->pend_seq && !strcmp(c->pend_func, front->pend_func))
+      json_object_array_add(waiting, json_object_new_int64(c->rank));
+    else if (newest_seq(c, front->pend_func) >= front->pend_seq)
+      continue; /* it finished that one */
+    else if (is_stuck(c))
+      json_object_array_add(elsewhere, json_object_new_int64(c->rank));
+    else
+      json_object_array_add(behind, json_object_new_int64(c->rank));
+  }
+  put_str(o, "func", front->pend_func);
+  put_i64(o, "seq", front->pend_seq);
+  json_object_object_add(o, "waiting_ranks", json_object_get(waiting));
+  json_object_object_add(o, "behind_ranks", json_object_get(behind));
+  json_object_object_add(o, "elsewhere_ranks", json_object_get(elsewhere));
+  append(text, tn, "HANG: rank%s", front_n > 1 ? "s" : "");
+  append_ranks(text, tn, waiting);
+  append(text, tn, " %s inside %s seq %" PRId64, front_n > 1 ? "are" : "is", front->pend_func,
+         front->pend_seq);
+  if (json_object_array_length(behind) || json_object_array_length(elsewhere)) {
+    append(text, tn, ", waiting for");
+    if (json_object_array_length(behind)) {
+      append(text, tn, " rank%s", json_object_array_length(behind) > 1 ? "s" : "");
+      append_ranks(text, tn, behind);
+      append(text, tn,
+             ", which never got to it (their host stacks and tracks say where "
+             "they are)");
+    }
+    if (json_object_array_length(elsewhere)) {
+      append(text, tn, "%s rank%s", json_object_array_length(behind) ? "; and" : "",
+             json_object_array_length(elsewhere) > 1 ? "s" : "");
+      append_ranks(text, tn, elsewhere);
+      append(text, tn,
+             ", inside another collective: the ranks called their collectives in "
+             "different orders");
+    }
+    json_object_object_add(o, "verdict",
+                           json_object_new_string(json_object_array_length(elsewhere)
+                                                      ? "hang: collective order differs"
+                                                      : "hang: ranks behind"));
+  } else if (json_object_array_length(missing)) {
+    append(text, tn, "; the ranks without a trace here are the suspects");
+    put_str(o, "verdict", "hang: ranks without trace");
+  } else {
+    append(text, tn,
+           " and none finished it: the collective itself is stuck (the network, a "
+           "peer's GPU)");
+    put_str(o, "verdict", "hang: all ranks inside");
+  }
+  json_object_put(waiting);
+  json_object_put(behind);
+  json_object_put(elsewhere);
+  return o;
+}
+
+/* ---- output ---- */
+
+static const char *fmt_ns(uint64_t ns, char *buf, size_t n)
+{
+  if (ns < 1000)
+    snprintf(buf, n, "%" PRIu64 " ns", ns);
+  else if (ns < 1000000)
+    snprintf(buf, n, "%.1f us", (double)ns / 1e3);
+  else if (ns < 1000000000)
+    snprintf(buf, n, "%.2f ms", (double)ns / 1e6);
+  else
+    snprintf(buf, n, "%.3f s", (double)ns / 1e9);
+  return buf;
+}
+
+static const char *fmt_bytes(uint64_t b, char *buf, size_t n)
+{
+  if (b < 1024)
+    snprintf(buf, n, "%" PRIu64 " B", b);
+  else if (b < (1ull << 20))
+    snprintf(buf, n, "%.1f KiB", (double)b / 1024);
+  else if (b < (1ull << 30))
+    snprintf(buf, n, "%.1f MiB", (double)b / 1048576);
+  else
+    snprintf(buf, n, "%.2f GiB", (double)b / 1073741824);
+  return buf;
+}
+
+static double pct(uint64_t part, uint64_t whole)
+{
+  return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* Orders a rank's collectives by function name, then number. */
+static const struct comm *sort_comm;
+static int by_coll(const void *a, const void *b)
+{
+  const struct coll *x = a, *y = b;
+  int c = strcmp(sort_comm->newest[x->func].func, sort_comm->newest[y->func].func);
+
+  if (c)
+    return c;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The start of rank c's collective (func, seq); 0 when it has none (c->colls sorted). */
+static uint64_t coll_start(const struct comm *c, const char *func, int64_t seq)
+{
+  size_t lo = 0, hi = c->n_colls;
+
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    const struct coll *m = &c->colls[mid];
+    int d = strcmp(c->newest[m->func].func, func);
+    if (!d)
+      d = m->seq < seq ? -1 : m->seq > seq;
+    if (!d)
+      return m->start_ns;
+    if (d < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return 0;
+}
+
+/*
+ * Arrivals: a collective's kernel starts on each rank when that rank launches it and waits
+ * inside for the others, so for the collectives every rank here finished, the rank that
+ * started last, and by how much, says who the others wait for (a straggler). Times are each
+ * host's CLOCK_REALTIME: ranks on different hosts compare as well as their clocks agree.
+ */
+static json_object *comm_arrivals(struct rank_view *v, size_t n, char *text, size_t tn)
+{
+  json_object *o = json_object_new_object(), *ranks = json_object_new_array();
+  uint64_t *last = calloc(n, sizeof(*last)), *late = calloc(n, sizeof(*late)), common = 0;
+  uint64_t *starts = calloc(n, sizeof(*starts));
+  size_t worst = 0;
+
+  text[0] = '\0';
+  if (!last || !late || !starts) {
+    fprintf(stderr, "gpuprof analyze: out of memory\n");
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++) {
+    sort_comm = v[i].c;
+    qsort(v[i].c->colls, v[i].c->n_colls, sizeof(struct coll), by_coll);
+  }
+  for (size_t k = 0; n > 1 && k < v[0].c->n_colls; k++) {
+    const struct coll *op = &v[0].c->colls[k];
+    const char *func = v[0].c->newest[op->func].func;
+    uint64_t first = UINT64_MAX, latest = 0;
+    size_t i, who = 0;
+
+    for (i = 0; i < n; i++) {
+      starts[i] = coll_start(v[i].c, func, op->seq);
+      if (!starts[i])
+        break;
+      if (starts[i] < first)
+        first = starts[i];
+      if (starts[i] > latest) {
+        latest = starts[i];
+        who = i;
+      }
+    }
+    if (i < n)
+      continue; /* not finished on every rank here */
+    common++;
+    last[who]++;
+    for (i = 0; i < n; i++)
+      late[i] += starts[i] - first;
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_object *r = json_object_new_object();
+    put_i64(r, "rank", v[i].c->rank);
+    put_u64(r, "started_last", last[i]);
+    json_object_object_add(r, "mean_late_ns",
+                           json_object_new_uint64(common ? late[i] / common : 0));
+    json_object_array_add(ranks, r);
+    if (last[i] > last[worst])
+      worst = i;
+  }
+  put_u64(o, "collectives", common);
+  json_object_object_add(o, "ranks", ranks);
+  /* A straggler: last in most of enough collectives, by more than launch jitter. */
+  if (common >= 10 && last[worst] * 2 > common && late[worst] / common >= 50000) {
+    char b1[32];
+    snprintf(text, tn,
+             "NCCL comm %s: rank %" PRId64 " started last in %" PRIu64 " of %" PRIu64
+             " collectives, %s after the first rank on average: the other ranks wait for it "
+             "inside them (its host calls and GPU work before each say why)",
+             v[worst].c->hash, v[worst].c->rank, last[worst], common,
+             fmt_ns(late[worst] / common, b1, sizeof(b1)));
+    put_i64(o, "straggler", v[worst].c->rank);
+  }
+  free(last);
+  free(late);
+  free(starts);
+  return o;
+}
+
+static json_object *stat_json(const struct stat *s)
+{
+  json_object *o = json_object_new_object();
+
+  put_str(o, "name", s->name);
+  put_u64(o, "count", s->count);
+  put_u64(o, "total_ns", s->total_ns);
+  put_u64(o, "max_ns", s->max_ns);
+  if (s->bytes)
+    put_u64(o, "bytes", s->bytes);
+  return o;
+}
+
+/* A table of the largest rows, on stdout and into a JSON array. */
+static json_object *stats_report(FILE *out, const struct stats *t, const char *title,
+                                 uint64_t whole, size_t rows)
+{
+  struct stat *v = stats_sorted(t);
+  json_object *a = json_object_new_array();
+  char b1[32], b2[32], b3[32];
+
+  if (t->len && out)
+    fprintf(out, "  %s:\n", title);
+  for (size_t i = 0; i < t->len; i++) {
+    if (i < rows && out) {
+      fprintf(out, "    %9s %5.1f%%  %7" PRIu64 "x  avg %9s  max %9s",
+              fmt_ns(v[i].total_ns, b1, 32), pct(v[i].total_ns, whole), v[i].count,
+              fmt_ns(v[i].total_ns / v[i].count, b2, 32), fmt_ns(v[i].max_ns, b3, 32));
+      if (v[i].bytes)
+        fprintf(out, "  %s at %.1f GB/s", fmt_bytes(v[i].bytes, b1, 32),
+                v[i].total_ns ? (double)v[i].bytes / (double)v[i].total_ns : 0.0);
+      fprintf(out, "  %s\n", v[i].name);
+    }
+    json_object_array_add(a, stat_json(&v[i]));
+  }
+  if (t->len > rows && out)
+    fprintf(out, "    ... %zu more\n", t->len - rows);
+  free(v);
+  return a;
+}
+
+static void finding(FILE *out, json_object *list, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void finding(FILE *out, json_object *list, const char *kind, const char *fmt, ...)
+{
+  char text[1024];
+  va_list ap;
+  json_object *o = json_object_new_object();
+
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  if (out)
+    fprintf(out, "  * %s\n", text);
+  put_str(o, "kind", kind);
+  put_str(o, "text", text);
+  json_object_array_add(list, o);
+}
+
+static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, json_object *findings)
+{
+  const struct gpu *g = &t->gpus[d];
+  uint64_t window = t->end_ns > t->start_ns ? t->end_ns - t->start_ns : 0;
+  json_object *o = json_object_new_object(), *gaps = json_object_new_array();
+  char b1[32], b2[32], b3[32], tn[64];
+
+  put_i64(o, "device", d);
+  put_str(o, "name", g->name ? g->name : "");
+  put_u64(o, "busy_ns", g->busy_ns);
+  put_u64(o, "kernels", g->kernels);
+  put_u64(o, "kernel_ns", g->kernel_ns);
+  put_u64(o, "short_kernels", g->short_kernels);
+  put_u64(o, "short_kernel_ns", g->short_ns);
+  put_u64(o, "copies", g->copies);
+  put_u64(o, "copy_ns", g->copy_ns);
+  put_u64(o, "copy_bytes", g->copy_bytes);
+  put_u64(o, "sets", g->sets);
+  put_u64(o, "set_ns", g->set_ns);
+  if (g->mem_samples) {
+    put_u64(o, "memory_peak_bytes", g->mem_peak);
+    put_u64(o, "memory_peak_ns", g->mem_peak_ts);
+  }
+  if (out) {
+    fprintf(out,
+            "  %s: busy %s of %s (%.1f%%): %" PRIu64 " kernels %s, %" PRIu64 " copies %s, %" PRIu64
+            " sets\n",
+            g->name ? g->name : "GPU", fmt_ns(g->busy_ns, b1, 32), fmt_ns(window, b2, 32),
+            pct(g->busy_ns, window), g->kernels, fmt_ns(g->kernel_ns, b3, 32), g->copies,
+            fmt_ns(g->copy_ns, tn, 32), g->sets);
+    if (g->mem_samples)
+      fprintf(out, "    GPU memory in use: peak %s at +%s\n", fmt_bytes(g->mem_peak, b1, 32),
+              fmt_ns(g->mem_peak_ts - t->start_ns, b2, 32));
+  }
+  for (int k = 0; k < g->n_gaps; k++) {
+    const struct gap *gp = &g->gaps[k];
+    json_object *go = json_object_new_object(), *calls = json_object_new_array();
+    uint64_t len = gp->end - gp->start;
+
+    put_u64(go, "start_ns", gp->start);
+    put_u64(go, "dur_ns", len);
+    put_u64(go, "host_cuda_ns", gp->covered_ns);
+    if (out)
+      fprintf(out, "    idle %s at +%s:", fmt_ns(len, b1, 32),
+              fmt_ns(gp->start - t->start_ns, b2, 32));
+    for (size_t j = 0; j < GAP_CALLS && j < gp->n_calls; j++) {
+      json_object *c;
+      if (gp->calls[j].overlap_ns * 100 < len)
+        break; /* under 1% of the gap: the edges of the calls around it */
+      c = json_object_new_object();
+      put_i64(c, "tid", gp->calls[j].tid);
+      json_object_object_add(
+          c, "thread", json_object_new_string(thread_name(t, gp->calls[j].tid, tn, sizeof(tn))));
+      put_str(c, "name", gp->calls[j].name);
+      put_u64(c, "overlap_ns", gp->calls[j].overlap_ns);
+      json_object_array_add(calls, c);
+      if (out)
+        fprintf(out, "%s %s in %s %.0f%%", j ? "," : " host",
+                thread_name(t, gp->calls[j].tid, tn, sizeof(tn)), gp->calls[j].name,
+                pct(gp->calls[j].overlap_ns, len));
+    }
+    if (out) {
+      if (t->gpu_only)
+        fprintf(out, " (GPU-only capture: host calls not recorded)\n");
+      else if (!gp->n_calls || gp->calls[0].overlap_ns * 100 < len)
+        fprintf(out, " no CUDA call on any host thread for %.0f%% of it\n",
+                pct(len - gp->covered_ns, len));
+      else
+        fprintf(out, "; no CUDA call for %.0f%%\n", pct(len - gp->covered_ns, len));
+    }
+    json_object_object_add(go, "host_calls", calls);
+    json_object_array_add(gaps, go);
+  }
+  json_object_object_add(o, "idle_gaps", gaps);
+
+  /* Findings: thresholds where the advice changes. */
+  if (window && g->kernels && pct(g->busy_ns, window) < 50.0)
+    finding(out, findings, "gpu_idle", "GPU %" PRIu32 " was idle %.1f%% of the capture", d,
+            100.0 - pct(g->busy_ns, window));
+  if (g->n_gaps && !t->gpu_only && g->gaps[0].end - g->gaps[0].start >= window / 20 && window) {
+    const struct gap *gp = &g->gaps[0];
+    uint64_t len = gp->end - gp->start;
+    if (gp->n_calls && is_sync(gp->calls[0].name) && pct(gp->calls[0].overlap_ns, len) >= 50)
+      finding(out, findings, "sync_stall",
+              "GPU %" PRIu32 "'s longest idle gap (%s) is spent with %s waiting in %s: "
+              "the host waits on work that is not on this GPU",
+              d, fmt_ns(len, b1, 32), thread_name(t, gp->calls[0].tid, tn, sizeof(tn)),
+              gp->calls[0].name);
+    else if (gp->n_calls && pct(gp->calls[0].overlap_ns, len) >= 50)
+      finding(out, findings, "host_call_stall",
+              "GPU %" PRIu32 "'s longest idle gap (%s) is spent with %s in %s", d,
+              fmt_ns(len, b1, 32), thread_name(t, gp->calls[0].tid, tn, sizeof(tn)),
+              gp->calls[0].name);
+    else if (pct(gp->covered_ns, len) < 50)
+      finding(out, findings, "host_bound",
+              "GPU %" PRIu32 "'s longest idle gap (%s) has no CUDA call for %.0f%% of it: "
+              "the host was busy elsewhere (Python, data loading, the CPU profile says where)",
+              d, fmt_ns(len, b1, 32), pct(len - gp->covered_ns, len));
+  }
+  if (g->kernels >= 100 && pct(g->short_kernels, g->kernels) >= 50.0)
+    finding(out, findings, "short_kernels",
+            "%.0f%% of GPU %" PRIu32 "'s kernels (%" PRIu64 ") ran under %u us: launch overhead "
+            "bounds them (CUDA graphs, fusion, larger batches)",
+            pct(g->short_kernels, g->kernels), d, g->short_kernels, SHORT_KERNEL_NS / 1000);
+  if (g->busy_ns && pct(g->copy_ns, g->copy_ns + g->kernel_ns) >= 30.0)
+    finding(out, findings, "copy_bound",
+            "copies take %.0f%% of GPU %" PRIu32 "'s work time (%s moved)",
+            pct(g->copy_ns, g->copy_ns + g->kernel_ns), d, fmt_bytes(g->copy_bytes, b1, 32));
+  return o;
+}
+
+static json_object *comms_json(const struct trace *t)
+{
+  json_object *a = json_object_new_array();
+
+  for (size_t i = 0; i < t->n_comms; i++) {
+    const struct comm *c = &t->comms[i];
+    json_object *o = json_object_new_object();
+
+    put_str(o, "comm", c->hash);
+    put_i64(o, "rank", c->rank);
+    put_i64(o, "nranks", c->nranks);
+    put_i64(o, "device", c->device);
+    put_u64(o, "ops", c->ops);
+    put_u64(o, "bytes", c->bytes);
+    put_u64(o, "time_ns", c->time_ns);
+    json_object *newest = json_object_new_object();
+    for (int k = 0; k < c->n_newest; k++)
+      json_object_object_add(newest, c->newest[k].func, json_object_new_int64(c->newest[k].seq));
+    json_object_object_add(o, "newest_seq", newest);
+    put_u64(o, "pending", c->pending);
+    if (c->pending) {
+      put_str(o, "pending_func", c->pend_func);
+      put_str(o, "pending_state", c->pend_state);
+      put_i64(o, "pending_seq", c->pend_seq);
+      put_u64(o, "pending_posted_ns", c->pend_posted_ns);
+    }
+    json_object_array_add(a, o);
+  }
+  return a;
+}
+
+static json_object *trace_report(FILE *out, const struct trace *t, json_object *findings)
+{
+  json_object *o = json_object_new_object(), *gpus = json_object_new_array(), *tf;
+  uint64_t window = t->end_ns > t->start_ns ? t->end_ns - t->start_ns : 0, kernel_ns = 0,
+           copy_ns = 0;
+  const char *pname = tf_str_of(t->meta, "process_name");
+  const char *host = tf_str_of(t->meta, "hostname");
+  uint64_t dropped = meta_u(t->meta, "dropped_records"),
+           dropped_api = meta_u(t->meta, "dropped_api_calls");
+  char b1[32];
+
+  put_str(o, "file", t->path);
+  put_i64(o, "pid", t->pid);
+  put_str(o, "process_name", pname ? pname : "");
+  put_str(o, "hostname", host ? host : "");
+  put_u64(o, "capture_start_ns", t->start_ns);
+  put_u64(o, "capture_ns", window);
+  json_object_object_add(o, "gpu_only", json_object_new_boolean(t->gpu_only));
+  json_object_object_add(o, "cut", json_object_new_boolean(t->cut));
+  put_u64(o, "dropped_records", dropped);
+  put_u64(o, "dropped_api_calls", dropped_api);
+  if (out)
+    fprintf(out, "\n%s\n  %s on %s, capture of %s%s%s\n", t->path, pname ? pname : "process",
+            host ? host : "?", fmt_ns(window, b1, 32), t->gpu_only ? ", GPU-only" : "",
+            t->cut ? ", cut short (the process was killed during the capture?)" : "");
+  if (dropped || dropped_api)
+    finding(out, findings, "data_lost",
+            "%" PRIu64 " GPU records and %" PRIu64 " API calls were lost during the capture: "
+            "totals below are low (docs/TRACES.md)",
+            dropped, dropped_api);
+  for (uint32_t d = 0; d < MAX_GPUS; d++)
+    if (t->gpus[d].seen || t->gpus[d].mem_samples) {
+      json_object_array_add(gpus, gpu_report(out, t, d, findings));
+      kernel_ns += t->gpus[d].kernel_ns;
+      copy_ns += t->gpus[d].copy_ns;
+    }
+  json_object_object_add(o, "gpus", gpus);
+  json_object_object_add(
+      o, "kernels", stats_report(out, &t->kernels, "kernels by GPU time", kernel_ns, TOP_ROWS));
+  json_object_object_add(o, "copies",
+                         stats_report(out, &t->copies, "copies by GPU time", copy_ns, TOP_ROWS));
+  json_object_object_add(o, "api_calls",
+                         stats_report(out, &t->api, "CUDA calls by host time", window, TOP_ROWS));
+  tf = stats_report(NULL, &t->syncs, "", window, 0);
+  json_object_object_add(o, "sync_calls", tf);
+  {
+    uint64_t sync_ns = 0;
+    for (size_t i = 0; i < json_object_array_length(tf); i++)
+      sync_ns += arg_u(json_object_array_get_idx(tf, i), "total_ns", 0);
+    put_u64(o, "sync_ns", sync_ns);
+    if (window && pct(sync_ns, window) >= 20.0)
+      finding(out, findings, "sync_heavy",
+              "host threads spent %s (%.0f%% of the capture) in synchronize calls",
+              fmt_ns(sync_ns, b1, 32), pct(sync_ns, window));
+  }
+  json_object_object_add(o, "nccl", comms_json(t));
+  return o;
+}
+
+/* A comm finding: kind, its text, the communicator. */
+static void comm_finding(json_object *findings, const char *kind, const char *text,
+                         const char *hash)
+{
+  json_object *x = json_object_new_object();
+
+  put_str(x, "kind", kind);
+  put_str(x, "text", text);
+  put_str(x, "comm", hash);
+  json_object_array_add(findings, x);
+}
+
+/* One communicator's ranks as the traces show them. */
+static void comm_print(FILE *out, const struct rank_view *v, size_t nv, int64_t nranks)
+{
+  char b1[32];
+
+  fprintf(out, "\nNCCL comm %s: %zu of %" PRId64 " ranks in these traces\n", v[0].c->hash, nv,
+          nranks);
+  for (size_t k = 0; k < nv; k++) {
+    const struct comm *r = v[k].c;
+    fprintf(out, "  rank %" PRId64 " (%s, GPU %" PRIu32 "): %" PRIu64 " ops, %s", r->rank,
+            v[k].t->path, r->device, r->ops, fmt_ns(r->time_ns, b1, sizeof(b1)));
+    for (int f = 0; f < r->n_newest; f++)
+      fprintf(out, "%s%s seq %" PRId64, f ? ", " : "; newest finished: ", r->newest[f].func,
+              r->newest[f].seq);
+    if (r->pending)
+      fprintf(out, "; pending: %s seq %" PRId64 " (%s)%s", r->pend_func, r->pend_seq, r->pend_state,
+              r->pending > 1 ? " and more queued" : "");
+    fputc('\n', out);
+  }
+}
+
+/* The communicators of all the traces, each compared across the ranks that have it (matched
+ * by hash, in order of first appearance). */
+static json_object *comms_report(FILE *out, struct trace *traces, size_t n, json_object *findings)
+{
+  json_object *comms = json_object_new_array();
+
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < traces[i].n_comms; j++) {
+      const char *hash = traces[i].comms[j].hash;
+      struct rank_view *v = NULL;
+      size_t nv = 0, first = 1;
+      int64_t nranks = 0;
+      char hang[1024], slow[512];
+      json_object *co;
+
+      for (size_t a = 0; a <= i && first; a++)
+        for (size_t b = 0; b < traces[a].n_comms && first; b++)
+          if ((a < i || b < j) && !strcmp(traces[a].comms[b].hash, hash))
+            first = 0;
+      if (!first)
+        continue;
+      for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < traces[a].n_comms; b++)
+          if (!strcmp(traces[a].comms[b].hash, hash)) {
+            v = xrealloc(v, (nv + 1) * sizeof(*v));
+            v[nv++] = (struct rank_view){&traces[a], &traces[a].comms[b]};
+            if (traces[a].comms[b].nranks > nranks)
+              nranks = traces[a].comms[b].nranks;
+          }
+      co = json_object_new_object();
+      put_str(co, "comm", hash);
+      put_i64(co, "nranks", nranks);
+      put_i64(co, "ranks_seen", (int64_t)nv);
+      json_object_object_add(co, "analysis", comm_verdict(v, nv, nranks, hang, sizeof(hang)));
+      json_object_object_add(co, "arrivals", comm_arrivals(v, nv, slow, sizeof(slow)));
+      if (out) {
+        comm_print(out, v, nv, nranks);
+        if (hang[0])
+          fprintf(out, "  %s\n", hang);
+        if (slow[0])
+          fprintf(out, "  %s\n", slow);
+      }
+      if (hang[0])
+        comm_finding(findings, "nccl_hang", hang, hash);
+      if (slow[0])
+        comm_finding(findings, "nccl_straggler", slow, hash);
+      json_object_array_add(comms, co);
+      free(v);
+    }
+  return comms;
+}
+
+static void usage(FILE *f)
+{
+  fprintf(f, "usage: gpuprof analyze [--json FILE|-] TRACE...\n"
+             "  Reads capture traces (.json, .json.gz, .pftrace; one per process, e.g. every rank\n"
+             "  of a job) and reports per GPU busy time, the longest idle gaps and the host calls\n"
+             "  in them, the kernels, copies and CUDA calls that took the most time, and NCCL\n"
+             "  communicators compared across ranks (which rank a hang waits for).\n"
+             "  --json FILE  also write the report as JSON (- for stdout, instead of the text)\n");
+}
+
+int cmd_analyze(int argc, char **argv)
+{
+  const char *json_path = NULL;
+  struct trace *traces;
+  json_object *report = NULL, *list, *findings, *comms;
+  FILE *out = stdout;
+  size_t n = 0;
+  int rc = 0, opts = 1;
+
+  tf_prog = "gpuprof analyze";
+  traces = calloc((size_t)argc + 1, sizeof(*traces));
+  if (!traces)
+    return 1;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (opts && !strcmp(a, "--")) {
+      opts = 0;
+    } else if (opts && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
+      usage(stdout);
+      free(traces);
+      return 0;
+    } else if (opts && !strcmp(a, "--json")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "gpuprof analyze: --json needs a file (or -)\n");
+        free(traces);
+        return 2;
+      }
+      json_path = argv[++i];
+    } else if (opts && a[0] == '-' && a[1]) {
+      fprintf(stderr, "gpuprof analyze: unknown option %s\n", a);
+      usage(stderr);
+      free(traces);
+      return 2;
+    } else {
+      traces[n++].path = a;
+    }
+  }
+  if (!n) {
+    fprintf(stderr, "gpuprof analyze: no trace given\n");
+    usage(stderr);
+    free(traces);
+    return 2;
+  }
+  for (size_t i = 0; i < n && !rc; i++)
+    rc = trace_load(&traces[i]);
+  if (rc)
+    goto out;
+  if (json_path && !strcmp(json_path, "-"))
+    out = NULL;
+  report = json_object_new_object();
+  list = json_object_new_array();
+  findings = json_object_new_array();
+  for (size_t i = 0; i < n; i++) {
+    json_object *f = json_object_new_array();
+    json_object_array_add(list, trace_report(out, &traces[i], f));
+    if (out && json_object_array_length(f) == 0)
+      fprintf(out, "  (nothing stands out)\n");
+    for (size_t k = 0; k < json_object_array_length(f); k++) {
+      json_object *x = json_object_get(json_object_array_get_idx(f, k));
+      const char *pname = tf_str_of(traces[i].meta, "process_name");
+      put_str(x, "file", traces[i].path);
+      put_str(x, "process", pname ? pname : traces[i].path);
+      json_object_array_add(findings, x);
+    }
+    json_object_put(f);
+  }
+  json_object_object_add(report, "traces", list);
+
+  comms = comms_report(out, traces, n, findings);
+  json_object_object_add(report, "nccl_comms", comms);
+  json_object_object_add(report, "findings", findings);
+  if (out) {
+    fprintf(out, "\nfindings: %zu\n", json_object_array_length(findings));
+    for (size_t k = 0; k < json_object_array_length(findings); k++) {
+      json_object *x = json_object_array_get_idx(findings, k);
+      const char *who = tf_str_of(x, "process");
+      fprintf(out, "  %s%s%s\n", who ? who : "", who ? ": " : "", tf_str_of(x, "text"));
+    }
+  }
+  if (json_path) {
+    const char *s = json_object_to_json_string_ext(report, JSON_C_TO_STRING_PRETTY |
+                                                               JSON_C_TO_STRING_NOSLASHESCAPE);
+    FILE *f = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
+    if (!f || fprintf(f, "%s\n", s) < 0 || (f != stdout && fclose(f))) {
+      fprintf(stderr, "gpuprof analyze: %s: cannot write: %s\n", json_path, strerror(errno));
+      rc = 1;
+    }
+  }
+out:
+  for (size_t i = 0; i < n; i++)
+    trace_free(&traces[i]);
+  free(traces);
+  json_object_put(report);
+  return rc;
+}
