@@ -39,6 +39,9 @@ for s in "${samples[@]}"; do
   # which can leave a short run with no sampled launch and so no GPU-time profile).
   LD_LIBRARY_PATH=$libpath GPUPROF_CAPTURE_ON_START=60s GPUPROF_STACK_SAMPLE_EVERY=1 \
     build/bin/gpuprof run --output "$out" --log info -- "build/samples/$s"
+  if [[ $s == streams ]]; then  # its capture, for gpuprof analyze below
+    streams_trace=$(ls -t "$out"/gpuprof-*-capture.* 2>/dev/null | grep -v '\.pb\.gz$' | head -n1 || true)
+  fi
 done
 
 list() {  # list <glob> <what> [optional]
@@ -51,6 +54,14 @@ list() {  # list <glob> <what> [optional]
   done
   ((found)) || [[ -n ${3:-} ]] || echo "  $2: none written (see the messages above)"
 }
+
+echo
+echo "---- gpuprof analyze: what the streams sample's capture says ----"
+# The answers the UI would take a while to find: busy time, idle gaps and the host calls
+# under them, top kernels and calls (docs/ANALYZE.md).
+if [[ -n ${streams_trace:-} ]]; then
+  build/bin/gpuprof analyze "$streams_trace"
+fi
 
 echo
 echo "demo: outputs in $out"
@@ -71,6 +82,8 @@ How to open them:
             allocated and in use by allocating stack; memcpy: bytes by direction.
             (docs/PROFILES.md)
   summaries the numbers printed above, as JSON (docs/SUMMARY.md).
+  analysis  build/bin/gpuprof analyze TRACE... (one per process; every rank's for NCCL hangs)
+            (docs/ANALYZE.md)
 
 Profile your own program the same way:
   build/bin/gpuprof run --output DIR --log info -- ./your_cuda_program
