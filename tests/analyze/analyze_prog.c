@@ -6,8 +6,9 @@
  *                            80 ms while it waits in cuStreamSynchronize for a kernel on GPU 1
  *   analyze_prog rank R MODE rank R of a 2-rank communicator whose unique id is fixed, so that
  *                            two processes join the same one (the same commHash): 3 AllReduces
- *                            that finish, then MODE "stop" (rank 1 leaves: never posts the 4th)
- *                            or "hang" (posts the 4th AllReduce, whose kernel never finishes)
+ *                            that finish, then MODE "stop" (rank 1 leaves: never posts the 4th),
+ *                            "hang" (posts the 4th AllReduce, whose kernel never finishes) or
+ *                            "other" (posts an AllGather instead, which never finishes)
  *   analyze_prog rank R pace T0
  *                            the same communicator: 12 AllReduces, the i-th at T0 + i * 50 ms
  *                            (CLOCK_REALTIME ns), rank 1's 20 ms late (a straggler); the two
@@ -132,6 +133,11 @@ static int rank(int r, const char *mode, uint64_t t0)
   if (!strcmp(mode, "hang")) {
     fakegpu_set_kernel_duration_ns(K_AR_F32, 1000000000000ull);
     NC(ncclAllReduce((void *)a, (void *)b, 65536, ncclFloat32, ncclSum, comm, (cudaStream_t)st));
+  } else if (!strcmp(mode, "other")) {
+    /* Another collective where the other rank calls AllReduce: its kernel (no duration of its
+     * own: the default) never finishes. */
+    fakegpu_set_kernel_duration_ns(NULL, 1000000000000ull);
+    NC(ncclAllGather((void *)a, (void *)b, 16384, ncclFloat32, comm, (cudaStream_t)st));
   }
   printf("analyze_prog: rank %d %s\n", r, mode);
   return 0; /* no synchronization: the exit path finishes the capture */
@@ -142,10 +148,10 @@ int main(int argc, char **argv)
   if (argc == 2 && !strcmp(argv[1], "gpu"))
     return gpu();
   if (argc == 4 && !strcmp(argv[1], "rank") &&
-      (!strcmp(argv[3], "stop") || !strcmp(argv[3], "hang")))
+      (!strcmp(argv[3], "stop") || !strcmp(argv[3], "hang") || !strcmp(argv[3], "other")))
     return rank(atoi(argv[2]), argv[3], 0);
   if (argc == 5 && !strcmp(argv[1], "rank") && !strcmp(argv[3], "pace"))
     return rank(atoi(argv[2]), argv[3], strtoull(argv[4], NULL, 10));
-  fprintf(stderr, "usage: analyze_prog gpu | rank R stop|hang | rank R pace T0\n");
+  fprintf(stderr, "usage: analyze_prog gpu | rank R stop|hang|other | rank R pace T0\n");
   return 2;
 }

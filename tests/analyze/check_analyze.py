@@ -7,8 +7,9 @@ Cases (each in the encoding given by --format, through GPUPROF_TRACE_FORMAT):
   straggler  two ranks at once, rank 1 20 ms late to each of 12 AllReduces: named as the one
           the others wait for
   hang    two ranks of one communicator: rank 0 inside its 4th AllReduce, rank 1 gone after its
-          3rd (the verdict names rank 1); rank 0's trace alone (rank 1 has no trace); both
-          ranks inside it (the collective itself is stuck)
+          3rd (the verdict names rank 1); rank 0's trace alone (rank 1 has no trace); rank 1
+          inside an AllGather instead (collective order differs); both ranks inside it (the
+          collective itself is stuck)
   errors  what analyze refuses, in one line each: no trace, an unknown option, a file that is
           not a trace, a missing file, a merged trace; a capture cut by a kill is analyzed
 """
@@ -152,6 +153,7 @@ def case_hang(work):
     hung = run_prog(["rank", "0", "hang"], os.path.join(work, "r0"))
     left = run_prog(["rank", "1", "stop"], os.path.join(work, "r1"))
     both = run_prog(["rank", "1", "hang"], os.path.join(work, "r1hang"))
+    other = run_prog(["rank", "1", "other"], os.path.join(work, "r1other"))
 
     report, text = analyze([hung, left])
     r0, r1 = comm_of(report, 0), comm_of(report, 1)
@@ -180,6 +182,20 @@ def case_hang(work):
     a = report["nccl_comms"][0]["analysis"]
     check(a["verdict"] == "hang: ranks without trace" and a["ranks_without_trace"] == [1] and
           a["waiting_ranks"] == [0], f"alone {a}")
+
+    # Rank 1 inside an AllGather instead: the ranks called collectives in different orders.
+    report, _ = analyze([hung, other])
+    a = report["nccl_comms"][0]["analysis"]
+    r1 = comm_of(report, 1)
+    check(r1.get("pending_func") == "AllGather" and r1.get("pending_seq") == 0 and
+          r1.get("pending_state") == "launched, not finished", f"rank 1 other {r1}")
+    check(a["verdict"] == "hang: collective order differs" and a["func"] == "AllReduce" and
+          a["seq"] == 3 and a["waiting_ranks"] == [0] and a["elsewhere_ranks"] == [1] and
+          a["behind_ranks"] == [], f"order {a}")
+    hang = [f["text"] for f in report["findings"] if f["kind"] == "nccl_hang"]
+    check(hang == ["HANG: rank 0 is inside AllReduce seq 3, waiting for rank 1, inside another "
+                   "collective: the ranks called their collectives in different orders"],
+          f"order verdict {hang}")
 
     # Both ranks inside it: the collective itself is stuck.
     report, _ = analyze([hung, both])
