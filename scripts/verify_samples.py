@@ -583,6 +583,31 @@ def check_trace(c, t, o, ctx):
 # Running
 
 
+def check_analyze(a, path, trace, o):
+    """`gpuprof analyze` of the same trace counts what the trace holds (docs/ANALYZE.md)."""
+    p = subprocess.run([os.path.join(a.build, "bin", "gpuprof"), "analyze", "--json", "-", path],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        o.add("FAIL", f"trace: gpuprof analyze exited {p.returncode}: {p.stderr.strip()[-300:]}")
+        return
+    try:
+        (t,) = json.loads(p.stdout)["traces"]
+    except (ValueError, KeyError) as e:
+        o.add("FAIL", f"trace: gpuprof analyze --json: {e}")
+        return
+    kernels = sum(1 for e in trace.gpu if e.get("cat") == "kernel")
+    copies = [e for e in trace.gpu if e.get("cat") == "gpu_memcpy"]
+    finished = [e for e in trace.nccl if "state" not in e.get("args", {})]
+    o.eq("trace: gpuprof analyze kernels", sum(g["kernels"] for g in t["gpus"]), kernels)
+    o.eq("trace: gpuprof analyze copy bytes", sum(g["copy_bytes"] for g in t["gpus"]),
+         sum(e.get("args", {}).get("bytes", 0) for e in copies))
+    o.eq("trace: gpuprof analyze NCCL ops", sum(c["ops"] for c in t["nccl"]), len(finished))
+    # Busy time is the union of the GPU's work: never more than its sum.
+    over = [g["device"] for g in t["gpus"]
+            if g["busy_ns"] > g["kernel_ns"] + g["copy_ns"] + g["set_ns"]]
+    o.eq("trace: gpuprof analyze GPUs busier than their work", over, [])
+
+
 def run(argv, env, timeout=RUN_TIMEOUT_S):
     t0 = time.monotonic()
     try:
@@ -736,6 +761,8 @@ def verify_run(name, spec, mode, a, env_base, reader, timeout=None):
                 trace = Trace(load_trace(tfiles[0]))
             except (OSError, ValueError, KeyError) as e:
                 o.add("FAIL", f"trace: cannot read {tfiles[0]}: {e}")
+            if trace is not None:
+                check_analyze(a, tfiles[0], trace, o)
             if trace is not None and mode == "gpu-only":
                 api = sum(1 for e in trace.host if API_NAME.match(e.get("name", "")))
                 o.eq("trace (GPU-only): API slices", api, 0)
