@@ -935,6 +935,8 @@ static void write_gpu(const struct event *ev, const struct corr_info *api)
     s.kind = TRACE_GPU_MEMCPY;
     s.u.memcpy.bytes = ev->u.memcpy.bytes;
     s.u.memcpy.copy_kind = ev->u.memcpy.copy_kind;
+    s.u.memcpy.src_kind = ev->u.memcpy.src_kind;
+    s.u.memcpy.dst_kind = ev->u.memcpy.dst_kind;
     s.u.memcpy.src_device = ev->u.memcpy.src_device;
     s.u.memcpy.dst_device = ev->u.memcpy.dst_device;
     break;

@@ -68,6 +68,7 @@ struct gpu {
   size_t n_busy, cap_busy;
   uint64_t busy_ns, first_ns, last_ns;
   uint64_t kernels, kernel_ns, short_kernels, short_ns, copies, copy_ns, copy_bytes, sets, set_ns;
+  uint64_t pageable_copies, pageable_ns, pageable_bytes; /* a side in pageable host memory */
   uint64_t mem_peak, mem_peak_ts, mem_samples;
   struct gap gaps[TOP_GAPS];
   int n_gaps;
@@ -420,10 +421,23 @@ static void gpu_work(struct trace *t, const struct tr_event *e)
     stats_add(&t->kernels, e->name, e->dur_ns, 0);
   } else if (!strcmp(e->cat, "gpu_memcpy")) {
     uint64_t bytes = arg_u(e->args, "bytes", 0);
+    const char *src = arg_s(e->args, "src_kind"), *dst = arg_s(e->args, "dst_kind");
+    char label[160];
+
     g->copies++;
     g->copy_ns += e->dur_ns;
     g->copy_bytes += bytes;
-    stats_add(&t->copies, e->name, e->dur_ns, bytes);
+    if ((src && !strcmp(src, "pageable")) || (dst && !strcmp(dst, "pageable"))) {
+      g->pageable_copies++;
+      g->pageable_ns += e->dur_ns;
+      g->pageable_bytes += bytes;
+    }
+    /* By direction and, where the trace says, the memory of each side. */
+    if (src && dst)
+      snprintf(label, sizeof(label), "%s (%s to %s)", e->name, src, dst);
+    else
+      snprintf(label, sizeof(label), "%s", e->name);
+    stats_add(&t->copies, label, e->dur_ns, bytes);
   } else {
     g->sets++;
     g->set_ns += e->dur_ns;
@@ -1041,6 +1055,9 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
   put_u64(o, "copies", g->copies);
   put_u64(o, "copy_ns", g->copy_ns);
   put_u64(o, "copy_bytes", g->copy_bytes);
+  put_u64(o, "pageable_copies", g->pageable_copies);
+  put_u64(o, "pageable_copy_ns", g->pageable_ns);
+  put_u64(o, "pageable_copy_bytes", g->pageable_bytes);
   put_u64(o, "sets", g->sets);
   put_u64(o, "set_ns", g->set_ns);
   if (g->mem_samples) {
@@ -1128,6 +1145,14 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
             "%.0f%% of GPU %" PRIu32 "'s kernels (%" PRIu64 ") ran under %u us: launch overhead "
             "bounds them (CUDA graphs, fusion, larger batches)",
             pct(g->short_kernels, g->kernels), d, g->short_kernels, SHORT_KERNEL_NS / 1000);
+  if (g->pageable_bytes >= (1u << 20))
+    finding(out, findings, "pageable_copies",
+            "GPU %" PRIu32 ": %" PRIu64 " copies (%s) to or from pageable host memory, at %.1f "
+            "GB/s: the driver stages them through a pinned buffer while the calling thread "
+            "waits; pinned host memory (cudaHostAlloc, PyTorch pin_memory=True) copies faster "
+            "and asynchronously",
+            d, g->pageable_copies, fmt_bytes(g->pageable_bytes, b1, 32),
+            g->pageable_ns ? (double)g->pageable_bytes / (double)g->pageable_ns : 0.0);
   if (g->busy_ns && pct(g->copy_ns, g->copy_ns + g->kernel_ns) >= 30.0)
     finding(out, findings, "copy_bound",
             "copies take %.0f%% of GPU %" PRIu32 "'s work time (%s moved)",

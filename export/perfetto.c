@@ -81,11 +81,13 @@ enum {
   ANN_GRAPH_NODE_ID,
   ANN_SRC_DEVICE,
   ANN_DST_DEVICE,
-  ANN_COUNT = ANN_DST_DEVICE
+  ANN_SRC_KIND,
+  ANN_DST_KIND,
+  ANN_COUNT = ANN_DST_KIND
 };
-static const char *const ann_names[ANN_COUNT] = {"launch",     "bytes",     "bandwidth_gbps",
-                                                 "value",      "graph_id",  "graph_node_id",
-                                                 "src_device", "dst_device"};
+static const char *const ann_names[ANN_COUNT] = {
+    "launch",        "bytes",      "bandwidth_gbps", "value",    "graph_id",
+    "graph_node_id", "src_device", "dst_device",     "src_kind", "dst_kind"};
 
 /* Categories, the JSON encoding's "cat" values, interned the same way. */
 enum { CAT_API = 1, CAT_SYNC, CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_NCCL, CAT_COUNT = CAT_NCCL };
@@ -349,6 +351,15 @@ static void ann_double(Annotation *a, uint64_t name_iid, double v)
   a->name_iid = name_iid;
   a->value_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__VALUE_DOUBLE_VALUE;
   a->double_value = v;
+}
+
+static void ann_str(Annotation *a, uint64_t name_iid, const char *v)
+{
+  gpuprof__perfetto__debug_annotation__init(a);
+  a->name_field_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__NAME_FIELD_NAME_IID;
+  a->name_iid = name_iid;
+  a->value_case = GPUPROF__PERFETTO__DEBUG_ANNOTATION__VALUE_STRING_VALUE;
+  a->string_value = (char *)v;
 }
 
 static void ann_named_str(Annotation *a, const char *name, const char *v)
@@ -940,6 +951,7 @@ static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *
   const struct trace_gpu_slice *g = s->gpu;
   const struct trace_nccl_slice *nc = s->nccl;
   Annotation a[18], *ap[18];
+  const char *kind;
   char hash[24];
   size_t na = 0;
 
@@ -1006,6 +1018,10 @@ static size_t pack_begin(HotPacket *bp, HotEvent *be, const struct trace_slice *
         ann_uint(&a[na++], ANN_SRC_DEVICE, g->u.memcpy.src_device);
         ann_uint(&a[na++], ANN_DST_DEVICE, g->u.memcpy.dst_device);
       }
+      if ((kind = trace_memory_kind_name(g->u.memcpy.src_kind)))
+        ann_str(&a[na++], ANN_SRC_KIND, kind);
+      if ((kind = trace_memory_kind_name(g->u.memcpy.dst_kind)))
+        ann_str(&a[na++], ANN_DST_KIND, kind);
       break;
     case TRACE_GPU_MEMSET:
       ann_uint(&a[na++], ANN_BYTES, g->u.memset.bytes);

@@ -43,6 +43,13 @@ const char *trace_copy_kind_name(unsigned kind)
   return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "Unknown";
 }
 
+const char *trace_memory_kind_name(unsigned kind)
+{
+  static const char *const names[] = {NULL,    "pageable", "pinned",        "device",
+                                      "array", "managed",  "device_static", "managed_static"};
+  return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : NULL;
+}
+
 uint64_t trace_bandwidth_milli(uint64_t bytes, uint64_t dur_ns)
 {
   /* bytes per ns is GB/s. Split to keep bytes * 1000 from overflowing for huge copies. */

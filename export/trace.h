@@ -97,6 +97,10 @@ struct trace_gpu_slice {
     struct {
       uint64_t bytes;
       uint8_t copy_kind; /* CUPTI's CUpti_ActivityMemcpyKind values (1 HtoD, 2 DtoH, 8 DtoD…) */
+      /* CUPTI's CUpti_ActivityMemoryKind of each side (1 pageable, 2 pinned, 3 device…; 0
+       * unknown: not written): a copy from or to pageable host memory is staged by the driver
+       * and blocks the host (the trace names it, docs/TRACES.md). */
+      uint8_t src_kind, dst_kind;
       uint32_t src_device, dst_device;
     } memcpy;
     struct {

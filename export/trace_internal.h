@@ -243,6 +243,9 @@ static inline uint32_t trace_sync_tid(uint32_t stream, uint32_t lane)
 size_t trace_track_name(const struct trace_writer *w, const struct trace_track *t, char *buf,
                         size_t n);
 const char *trace_copy_kind_name(unsigned kind); /* "HtoD", … */
+/* A copy side's memory kind (CUpti_ActivityMemoryKind): "pageable", "pinned", "device",
+ * "array", "managed", "device_static", "managed_static"; NULL for unknown ones. */
+const char *trace_memory_kind_name(unsigned kind);
 /* Memcpy/memset throughput in GB/s (bytes per ns), in thousandths; 0 if no duration. */
 uint64_t trace_bandwidth_milli(uint64_t bytes, uint64_t dur_ns);
 

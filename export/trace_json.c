@@ -285,6 +285,8 @@ static char *put_flow(char *p, struct trace_writer *w, const struct trace_track 
  */
 static char *put_gpu_args(char *p, const struct trace_gpu_slice *g, uint64_t dur)
 {
+  const char *kind;
+
   p = PUT(p, ",\"stream\":");
   p = put_u64(p, g->stream);
   switch (g->kind) {
@@ -318,6 +320,16 @@ static char *put_gpu_args(char *p, const struct trace_gpu_slice *g, uint64_t dur
       p = put_u64(p, g->u.memcpy.src_device);
       p = PUT(p, ",\"dst_device\":");
       p = put_u64(p, g->u.memcpy.dst_device);
+    }
+    if ((kind = trace_memory_kind_name(g->u.memcpy.src_kind))) {
+      p = PUT(p, ",\"src_kind\":\"");
+      p = put_lit(p, kind, strlen(kind));
+      *p++ = '"';
+    }
+    if ((kind = trace_memory_kind_name(g->u.memcpy.dst_kind))) {
+      p = PUT(p, ",\"dst_kind\":\"");
+      p = put_lit(p, kind, strlen(kind));
+      *p++ = '"';
     }
     break;
   case TRACE_GPU_MEMSET:

@@ -121,11 +121,16 @@ def case_gpu(work):
           f"long_k {kernels['long_k()']}")
     check([k["name"] for k in tr["kernels"]] == ["wait_k()", "long_k()", "short_k()"],
           "kernels by total time")
+    # The host buffer is malloc'd: pageable on its side of every copy.
     copies = by_name(tr["copies"])
-    check(copies["Memcpy HtoD"]["count"] == 3 and copies["Memcpy HtoD"]["bytes"] == 24 * MIB,
-          f"HtoD {copies.get('Memcpy HtoD')}")
-    check(copies["Memcpy DtoH"]["count"] == 2 and copies["Memcpy DtoH"]["bytes"] == 16 * MIB,
-          f"DtoH {copies.get('Memcpy DtoH')}")
+    htod, dtoh = "Memcpy HtoD (pageable to device)", "Memcpy DtoH (device to pageable)"
+    check(sorted(copies) == sorted([htod, dtoh]), f"copies {sorted(copies)}")
+    check(copies.get(htod, {}).get("count") == 3 and copies[htod]["bytes"] == 24 * MIB,
+          f"HtoD {copies.get(htod)}")
+    check(copies.get(dtoh, {}).get("count") == 2 and copies[dtoh]["bytes"] == 16 * MIB,
+          f"DtoH {copies.get(dtoh)}")
+    check(g0["pageable_copies"] == 5 and g0["pageable_copy_bytes"] == 40 * MIB and
+          g0["pageable_copy_ns"] == g0["copy_ns"], f"GPU 0 pageable {g0}")
     api = by_name(tr["api_calls"])
     check(api["cuLaunchKernel"]["count"] == 207, f"cuLaunchKernel {api.get('cuLaunchKernel')}")
     check(api["cuStreamSynchronize"]["count"] == 5, f"syncs {api.get('cuStreamSynchronize')}")
@@ -136,6 +141,10 @@ def case_gpu(work):
     kinds = [f["kind"] for f in report["findings"]]
     check("sync_stall" in kinds, f"findings {kinds}")
     check("short_kernels" in kinds, f"findings {kinds}")
+    check("pageable_copies" in kinds, f"findings {kinds}")
+    pageable = [f for f in report["findings"] if f["kind"] == "pageable_copies"][0]["text"]
+    check(pageable.startswith("GPU 0: 5 copies (40.0 MiB) to or from pageable host memory, at "),
+          pageable)
     stall = [f for f in report["findings"] if f["kind"] == "sync_stall"][0]["text"]
     check("GPU 0" in stall and "cuStreamSynchronize" in stall and "main" in stall, stall)
     short = [f for f in report["findings"] if f["kind"] == "short_kernels"][0]["text"]

@@ -154,7 +154,12 @@ def check_content(d, what):
           f"{what}: copies {copies}")
     if len(copies) == 3:
         check(copies[0]["args"] == {"correlation": 140, "stream": 13, "bytes": 1 << 20,
-                                    "bandwidth_gbps": 26.214}, f"{what}: HtoD {copies[0]}")
+                                    "bandwidth_gbps": 26.214, "src_kind": "pinned",
+                                    "dst_kind": "device"}, f"{what}: HtoD {copies[0]}")
+        check(copies[1]["args"].get("src_kind") == "device" and
+              copies[1]["args"].get("dst_kind") == "pageable", f"{what}: DtoH {copies[1]}")
+        check("src_kind" not in copies[2]["args"] and "dst_kind" not in copies[2]["args"],
+              f"{what}: PtoP kinds unknown, not written {copies[2]}")
         check(copies[2]["args"].get("src_device") == 0 and copies[2]["args"].get("dst_device") == 1
               and copies[2]["args"].get("bandwidth_gbps") == 419.43, f"{what}: PtoP {copies[2]}")
     sets = by[("slice", "gpu_memset")]

@@ -29,6 +29,8 @@ CAP = 256 * 1024
 KERNEL_NAMES = ["_Z10sgemm_128x64PfS_S_i", "elementwise_add", "reduce<float, 256>",
                 "weird\"name\\with\tctl", "k\u00e9rnel_utf8"]
 COPY_NAMES = {1: "Memcpy HtoD", 2: "Memcpy DtoH", 10: "Memcpy PtoP"}
+MEMORY_KINDS = {1: "pageable", 2: "pinned", 3: "device", 4: "array", 5: "managed",
+                6: "device_static", 7: "managed_static"}
 GPU_NAMES = {0: "GPU 0 (NVIDIA H100 80GB HBM3)", 1: "GPU 1 (NVIDIA A100-SXM4-40GB)"}
 
 failures = []
@@ -119,6 +121,10 @@ def expected(log):
             args["bandwidth_gbps"] = (e["bytes"] * 1000 // (end - start)) / 1000
             if e["copy_kind"] == 10:
                 args.update(src_device=0, dst_device=1)
+            # Memory kinds by name; unknown (0) ones are left out.
+            for side in ("src_kind", "dst_kind"):
+                if e.get(side):
+                    args[side] = MEMORY_KINDS[e[side]]
         else:
             s["name"] = "Memset"
             s["cat"] = "gpu_memset"

@@ -69,8 +69,8 @@ static void log_gpu(const struct trace_gpu_slice *g, int rc)
       if (g->name == kernel_names[i])
         fprintf(logf, ",\"kernel\":%zu", i);
   } else if (g->kind == TRACE_GPU_MEMCPY) {
-    fprintf(logf, ",\"bytes\":%" PRIu64 ",\"copy_kind\":%u", g->u.memcpy.bytes,
-            g->u.memcpy.copy_kind);
+    fprintf(logf, ",\"bytes\":%" PRIu64 ",\"copy_kind\":%u,\"src_kind\":%u,\"dst_kind\":%u",
+            g->u.memcpy.bytes, g->u.memcpy.copy_kind, g->u.memcpy.src_kind, g->u.memcpy.dst_kind);
   } else {
     fprintf(logf, ",\"bytes\":%" PRIu64, g->u.memset.bytes);
   }
@@ -179,6 +179,8 @@ static void feed(struct trace_writer *w)
                               .flow_id = corr};
   c.u.memcpy.bytes = 1 << 20;
   c.u.memcpy.copy_kind = 1; /* HtoD */
+  c.u.memcpy.src_kind = 2;  /* pinned */
+  c.u.memcpy.dst_kind = 3;  /* device */
   c.u.memcpy.src_device = c.u.memcpy.dst_device = 0;
   EXPECT(api(w, PID, "cudaMemcpyAsync", t, t + 1500, corr, corr) == 0);
   EXPECT(gpu(w, &c) == 0);
@@ -189,6 +191,8 @@ static void feed(struct trace_writer *w)
   c.corr_id = c.flow_id = corr;
   c.u.memcpy.bytes = 512 * 1024;
   c.u.memcpy.copy_kind = 2; /* DtoH, synchronous: the API call spans the copy */
+  c.u.memcpy.src_kind = 3;  /* device */
+  c.u.memcpy.dst_kind = 1;  /* pageable */
   EXPECT(api(w, PID + 1, "cudaMemcpy", t + 49000, t + 71000, corr, corr) == 0);
   EXPECT(gpu(w, &c) == 0);
   corr++;
@@ -197,7 +201,8 @@ static void feed(struct trace_writer *w)
   c.end_ns = t + 80000 + 10000;
   c.corr_id = c.flow_id = corr;
   c.u.memcpy.bytes = 4 << 20;
-  c.u.memcpy.copy_kind = 10; /* PtoP */
+  c.u.memcpy.copy_kind = 10;                     /* PtoP */
+  c.u.memcpy.src_kind = c.u.memcpy.dst_kind = 0; /* unknown: not written */
   c.u.memcpy.src_device = 0;
   c.u.memcpy.dst_device = 1;
   EXPECT(api(w, PID, "cudaMemcpyPeerAsync", t + 79000, t + 79500, corr, corr) == 0);
