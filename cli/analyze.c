@@ -1,5 +1,4 @@
-/* gpuprof analyze: what a capture says about where GPU time went, and which rank a hang waits on.
- */
+/* gpuprof analyze: where a capture's GPU time went, and which rank an NCCL hang waits for. */
 #define _GNU_SOURCE
 #include "cli/analyze.h"
 
@@ -27,8 +26,8 @@
 #define TOP_GAPS 5
 #define TOP_ROWS 10
 #define GAP_CALLS 3 /* host calls reported per gap */
-#define SHORT_KERNEL_NS                                                                            \
-  10000u /* launch overhead is some µs: work shorter than this is bound by it */
+/* Launching a kernel costs some µs of host and GPU time: work shorter than this is bound by it. */
+#define SHORT_KERNEL_NS 10000u
 
 struct span {
   uint64_t start, end;
@@ -84,6 +83,8 @@ struct coll {
 /* One rank's view of a communicator. NCCL numbers collectives per function (seq counts the
  * communicator's AllReduces, apart from its AllGathers, ...). */
 #define COMM_FUNCS 16
+#define COMM_P2P 64
+#define LAUNCHED "launched, not finished"
 struct comm {
   char *hash;
   int64_t rank, nranks;
@@ -97,8 +98,16 @@ struct comm {
   /* Pending at the capture's end (a hang): the oldest one, and how many. */
   uint64_t pending;
   char *pend_func, *pend_state;
-  int64_t pend_seq; /* -1: none */
+  int64_t pend_seq;  /* -1: none (point-to-point operations have none) */
+  int64_t pend_peer; /* Send/Recv: the other rank; -1: none */
   uint64_t pend_posted_ns;
+  /* Pending sends and receives launched, by direction and peer (a send's matching receive is
+   * on its peer: that is how a point-to-point hang's missing side is found). */
+  struct {
+    int send;
+    int64_t peer;
+  } p2p[COMM_P2P];
+  int n_p2p;
   /* Finished collectives run one to a kernel: when each started, to compare ranks. */
   struct coll *colls;
   size_t n_colls, cap_colls;
@@ -323,6 +332,7 @@ static struct comm *comm_of(struct trace *t, const char *hash, json_object *args
   c->nranks = (int64_t)arg_u(args, "nranks", 0);
   c->device = dev;
   c->pend_seq = -1;
+  c->pend_peer = -1;
   return c;
 }
 
@@ -365,6 +375,8 @@ static void nccl_event(struct trace *t, const struct tr_event *e)
   c = comm_of(t, hash, e->args, e->device);
   if (state) {
     uint64_t posted = arg_u(e->args, "posted_ns", e->ts_ns);
+    int64_t peer = (int64_t)arg_u(e->args, "peer", UINT64_MAX);
+    int send = !strcmp(e->name, "Send");
     /* The oldest pending operation is the one the communicator is stuck in. */
     if (!c->pending || posted < c->pend_posted_ns) {
       free(c->pend_func);
@@ -372,9 +384,15 @@ static void nccl_event(struct trace *t, const struct tr_event *e)
       c->pend_func = xstrdup(e->name);
       c->pend_state = xstrdup(state);
       c->pend_seq = seq == UINT64_MAX ? -1 : (int64_t)seq;
+      c->pend_peer = peer;
       c->pend_posted_ns = posted;
     }
     c->pending++;
+    if ((send || !strcmp(e->name, "Recv")) && peer >= 0 && !strcmp(state, LAUNCHED) &&
+        c->n_p2p < COMM_P2P) {
+      c->p2p[c->n_p2p].send = send;
+      c->p2p[c->n_p2p++].peer = peer;
+    }
     return;
   }
   c->ops++;
@@ -581,10 +599,12 @@ static void gpu_finish(struct gpu *g)
   g->busy_ns = spans_union(g->busy, &g->n_busy);
   for (size_t i = 1; i < g->n_busy; i++) {
     struct gap gp = {.start = g->busy[i - 1].end, .end = g->busy[i].start};
-    int k = g->n_gaps < TOP_GAPS ? g->n_gaps++ : TOP_GAPS - 1;
-    if (k == TOP_GAPS - 1 && g->n_gaps == TOP_GAPS &&
-        g->gaps[k].end - g->gaps[k].start >= gp.end - gp.start)
-      continue;
+    int k;
+
+    if (g->n_gaps == TOP_GAPS &&
+        g->gaps[TOP_GAPS - 1].end - g->gaps[TOP_GAPS - 1].start >= gp.end - gp.start)
+      continue; /* not among the longest */
+    k = g->n_gaps < TOP_GAPS ? g->n_gaps++ : TOP_GAPS - 1;
     g->gaps[k] = gp;
     for (; k > 0 && g->gaps[k].end - g->gaps[k].start > g->gaps[k - 1].end - g->gaps[k - 1].start;
          k--) {
@@ -626,15 +646,20 @@ static int trace_load(struct trace *t)
     t->start_ns = meta_u(t->meta, "base_time_ns");
   t->end_ns = meta_u(t->meta, "capture_end_ns");
   t->gpu_only = meta_u(t->meta, "gpu_only") != 0;
+  /* A cut capture has no start or end in its metadata: its GPU work bounds it. */
   for (size_t d = 0; d < MAX_GPUS; d++) {
-    if (!t->gpus[d].seen)
+    const struct gpu *g = &t->gpus[d];
+    if (!g->seen)
       continue;
-    gpu_finish(&t->gpus[d]);
-    if (!t->start_ns || t->gpus[d].first_ns < t->start_ns)
-      t->start_ns = t->start_ns ? t->start_ns : t->gpus[d].first_ns;
-    if (t->gpus[d].last_ns > t->end_ns && !meta_u(t->meta, "capture_end_ns"))
-      t->end_ns = t->gpus[d].last_ns; /* a cut capture: as far as it got */
+    if (!meta_u(t->meta, "capture_start_ns") && !meta_u(t->meta, "base_time_ns") &&
+        (!t->start_ns || g->first_ns < t->start_ns))
+      t->start_ns = g->first_ns;
+    if (!meta_u(t->meta, "capture_end_ns") && g->last_ns > t->end_ns)
+      t->end_ns = g->last_ns;
   }
+  for (size_t d = 0; d < MAX_GPUS; d++)
+    if (t->gpus[d].seen)
+      gpu_finish(&t->gpus[d]);
   if (!t->host_calls)
     return 0;
   /* Pass 2: the host calls under the gaps. The file was read once already: an error now is
@@ -732,8 +757,79 @@ struct rank_view {
 /* A rank inside a collective that does not finish. */
 static int is_stuck(const struct comm *c)
 {
-  return c->pending && c->pend_seq >= 0 && c->pend_state &&
-         !strcmp(c->pend_state, "launched, not finished");
+  return c->pending && c->pend_seq >= 0 && !strcmp(c->pend_state, LAUNCHED);
+}
+
+/* A rank inside a send or receive that does not finish. */
+static int is_stuck_p2p(const struct comm *c)
+{
+  return c->pending && c->pend_seq < 0 && c->pend_peer >= 0 && !strcmp(c->pend_state, LAUNCHED) &&
+         (!strcmp(c->pend_func, "Send") || !strcmp(c->pend_func, "Recv"));
+}
+
+/* Whether c has launched the counterpart of a send (send = 1) or receive from rank peer. */
+static int has_counterpart(const struct comm *c, int send, int64_t peer)
+{
+  for (int i = 0; i < c->n_p2p; i++)
+    if (c->p2p[i].send != send && c->p2p[i].peer == peer)
+      return 1;
+  return 0;
+}
+
+/*
+ * A point-to-point hang: a rank inside a Send (Recv) waits for its peer's matching Recv
+ * (Send). The peer has no trace here, never posted it, or is inside it too (the transfer
+ * itself is stuck). Each stuck rank's case in text and in the array's rows.
+ */
+static const char *p2p_verdict(const struct rank_view *v, size_t n, json_object *rows, char *text,
+                               size_t tn)
+{
+  const char *verdict = NULL;
+
+  for (size_t i = 0; i < n; i++) {
+    const struct comm *c = v[i].c, *p = NULL;
+    int send;
+    const char *other, *why;
+    json_object *row;
+
+    if (!is_stuck_p2p(c))
+      continue;
+    send = !strcmp(c->pend_func, "Send");
+    other = send ? "Recv" : "Send";
+    for (size_t j = 0; j < n; j++)
+      if (v[j].c->rank == c->pend_peer)
+        p = v[j].c;
+    if (!p)
+      why = "no trace";
+    else if (has_counterpart(p, send, c->rank))
+      why = "inside it too";
+    else
+      why = "not posted";
+    row = json_object_new_object();
+    put_i64(row, "rank", c->rank);
+    put_str(row, "func", c->pend_func);
+    put_i64(row, "peer", c->pend_peer);
+    put_str(row, "peer_state", why);
+    json_object_array_add(rows, row);
+    append(text, tn, "%sHANG: rank %" PRId64 " is inside %s %s rank %" PRId64, text[0] ? "; " : "",
+           c->rank, c->pend_func, send ? "to" : "from", c->pend_peer);
+    if (!p) {
+      append(text, tn, ", which has no trace here (the suspect)");
+      verdict = verdict ? verdict : "hang: peer without trace";
+    } else if (!strcmp(why, "inside it too")) {
+      append(text, tn,
+             ", which is inside the matching %s: the transfer itself is stuck (the "
+             "network, a peer's GPU)",
+             other);
+      verdict = verdict ? verdict : "hang: transfer stuck";
+    } else {
+      append(text, tn, ", which never posted the matching %s", other);
+      if (p->pending)
+        append(text, tn, " (it is inside %s)", p->pend_func);
+      verdict = "hang: peer never posted";
+    }
+  }
+  return verdict;
 }
 
 /*
@@ -776,7 +872,13 @@ static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nr
   text[0] = '\0';
   json_object_object_add(o, "ranks_without_trace", missing);
   if (!front) {
-    put_str(o, "verdict", "ok");
+    json_object *rows = json_object_new_array();
+    const char *verdict = p2p_verdict(v, n, rows, text, tn);
+    put_str(o, "verdict", verdict ? verdict : "ok");
+    if (verdict)
+      json_object_object_add(o, "p2p", rows);
+    else
+      json_object_put(rows);
     json_object_put(waiting);
     json_object_put(behind);
     json_object_put(elsewhere);
@@ -1184,6 +1286,8 @@ static json_object *comms_json(const struct trace *t)
       put_str(o, "pending_func", c->pend_func);
       put_str(o, "pending_state", c->pend_state);
       put_i64(o, "pending_seq", c->pend_seq);
+      if (c->pend_peer >= 0)
+        put_i64(o, "pending_peer", c->pend_peer);
       put_u64(o, "pending_posted_ns", c->pend_posted_ns);
     }
     json_object_array_add(a, o);
@@ -1276,9 +1380,15 @@ static void comm_print(FILE *out, const struct rank_view *v, size_t nv, int64_t 
     for (int f = 0; f < r->n_newest; f++)
       fprintf(out, "%s%s seq %" PRId64, f ? ", " : "; newest finished: ", r->newest[f].func,
               r->newest[f].seq);
-    if (r->pending)
-      fprintf(out, "; pending: %s seq %" PRId64 " (%s)%s", r->pend_func, r->pend_seq, r->pend_state,
-              r->pending > 1 ? " and more queued" : "");
+    if (r->pending && r->pend_seq >= 0)
+      fprintf(out, "; pending: %s seq %" PRId64 " (%s)", r->pend_func, r->pend_seq, r->pend_state);
+    else if (r->pending && r->pend_peer >= 0)
+      fprintf(out, "; pending: %s %s rank %" PRId64 " (%s)", r->pend_func,
+              strcmp(r->pend_func, "Send") ? "from" : "to", r->pend_peer, r->pend_state);
+    else if (r->pending)
+      fprintf(out, "; pending: %s (%s)", r->pend_func, r->pend_state);
+    if (r->pending > 1)
+      fprintf(out, " and %" PRIu64 " more queued", r->pending - 1);
     fputc('\n', out);
   }
 }

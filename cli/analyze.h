@@ -1,5 +1,4 @@
-/* gpuprof analyze: what a capture says about where GPU time went, and which rank a hang waits on.
- */
+/* gpuprof analyze: where a capture's GPU time went, and which rank an NCCL hang waits for. */
 #ifndef GPUPROF_CLI_ANALYZE_H
 #define GPUPROF_CLI_ANALYZE_H
 

@@ -8,7 +8,8 @@
  *                            two processes join the same one (the same commHash): 3 AllReduces
  *                            that finish, then MODE "stop" (rank 1 leaves: never posts the 4th),
  *                            "hang" (posts the 4th AllReduce, whose kernel never finishes) or
- *                            "other" (posts an AllGather instead, which never finishes)
+ *                            "other" (posts an AllGather instead, which never finishes), "send"
+ *                            or "recv" (a Send to / Recv from the other rank that never finishes)
  *   analyze_prog rank R pace T0
  *                            the same communicator: 12 AllReduces, the i-th at T0 + i * 50 ms
  *                            (CLOCK_REALTIME ns), rank 1's 20 ms late (a straggler); the two
@@ -133,6 +134,13 @@ static int rank(int r, const char *mode, uint64_t t0)
   if (!strcmp(mode, "hang")) {
     fakegpu_set_kernel_duration_ns(K_AR_F32, 1000000000000ull);
     NC(ncclAllReduce((void *)a, (void *)b, 65536, ncclFloat32, ncclSum, comm, (cudaStream_t)st));
+  } else if (!strcmp(mode, "send") || !strcmp(mode, "recv")) {
+    /* A point-to-point transfer with the other rank whose kernel never finishes. */
+    fakegpu_set_kernel_duration_ns(NULL, 1000000000000ull);
+    if (!strcmp(mode, "send"))
+      NC(ncclSend((void *)a, 16384, ncclFloat32, 1 - r, comm, (cudaStream_t)st));
+    else
+      NC(ncclRecv((void *)b, 16384, ncclFloat32, 1 - r, comm, (cudaStream_t)st));
   } else if (!strcmp(mode, "other")) {
     /* Another collective where the other rank calls AllReduce: its kernel (no duration of its
      * own: the default) never finishes. */
@@ -148,10 +156,11 @@ int main(int argc, char **argv)
   if (argc == 2 && !strcmp(argv[1], "gpu"))
     return gpu();
   if (argc == 4 && !strcmp(argv[1], "rank") &&
-      (!strcmp(argv[3], "stop") || !strcmp(argv[3], "hang") || !strcmp(argv[3], "other")))
+      (!strcmp(argv[3], "stop") || !strcmp(argv[3], "hang") || !strcmp(argv[3], "other") ||
+       !strcmp(argv[3], "send") || !strcmp(argv[3], "recv")))
     return rank(atoi(argv[2]), argv[3], 0);
   if (argc == 5 && !strcmp(argv[1], "rank") && !strcmp(argv[3], "pace"))
     return rank(atoi(argv[2]), argv[3], strtoull(argv[4], NULL, 10));
-  fprintf(stderr, "usage: analyze_prog gpu | rank R stop|hang|other | rank R pace T0\n");
+  fprintf(stderr, "usage: analyze_prog gpu | rank R stop|hang|other|send|recv | rank R pace T0\n");
   return 2;
 }

@@ -9,7 +9,8 @@ Cases (each in the encoding given by --format, through GPUPROF_TRACE_FORMAT):
   hang    two ranks of one communicator: rank 0 inside its 4th AllReduce, rank 1 gone after its
           3rd (the verdict names rank 1); rank 0's trace alone (rank 1 has no trace); rank 1
           inside an AllGather instead (collective order differs); both ranks inside it (the
-          collective itself is stuck)
+          collective itself is stuck); rank 0 inside a Send whose Recv rank 1 never posts,
+          posts (both inside), or has no trace for
   errors  what analyze refuses, in one line each: no trace, an unknown option, a file that is
           not a trace, a missing file, a merged trace; a capture cut by a kill is analyzed
 """
@@ -206,6 +207,32 @@ def case_hang(work):
     check(hang == ["HANG: rank 0 is inside AllReduce seq 3, waiting for rank 1, inside another "
                    "collective: the ranks called their collectives in different orders"],
           f"order verdict {hang}")
+
+    # Point to point: rank 0 inside a Send to rank 1, which never posts the Recv; which posts
+    # it (both inside: the transfer is stuck); which has no trace.
+    send = run_prog(["rank", "0", "send"], os.path.join(work, "r0send"))
+    recv = run_prog(["rank", "1", "recv"], os.path.join(work, "r1recv"))
+    report, _ = analyze([send, left])
+    a = report["nccl_comms"][0]["analysis"]
+    r0 = comm_of(report, 0)
+    check(r0.get("pending_func") == "Send" and r0.get("pending_peer") == 1 and
+          r0.get("pending_state") == "launched, not finished" and r0.get("pending_seq") == -1,
+          f"rank 0 send {r0}")
+    check(a["verdict"] == "hang: peer never posted" and
+          a.get("p2p") == [{"rank": 0, "func": "Send", "peer": 1, "peer_state": "not posted"}],
+          f"send {a}")
+    hang = [f["text"] for f in report["findings"] if f["kind"] == "nccl_hang"]
+    check(hang == ["HANG: rank 0 is inside Send to rank 1, which never posted the matching Recv"],
+          f"send verdict {hang}")
+    report, _ = analyze([send, recv])
+    a = report["nccl_comms"][0]["analysis"]
+    check(a["verdict"] == "hang: transfer stuck" and [r["peer_state"] for r in a["p2p"]] ==
+          ["inside it too", "inside it too"] and [r["func"] for r in a["p2p"]] == ["Send", "Recv"],
+          f"send/recv {a}")
+    report, _ = analyze([send])
+    a = report["nccl_comms"][0]["analysis"]
+    check(a["verdict"] == "hang: peer without trace" and a["ranks_without_trace"] == [1],
+          f"send alone {a}")
 
     # Both ranks inside it: the collective itself is stuck.
     report, _ = analyze([hung, both])
