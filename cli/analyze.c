@@ -1146,6 +1146,7 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
   uint64_t window = t->end_ns > t->start_ns ? t->end_ns - t->start_ns : 0;
   json_object *o = json_object_new_object(), *gaps = json_object_new_array();
   char b1[32], b2[32], b3[32], tn[64];
+  int hung = 0;
 
   put_i64(o, "device", d);
   put_str(o, "name", g->name ? g->name : "");
@@ -1218,8 +1219,12 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
   }
   json_object_object_add(o, "idle_gaps", gaps);
 
-  /* Findings: thresholds where the advice changes. */
-  if (window && g->kernels && pct(g->busy_ns, window) < 50.0)
+  /* Findings: thresholds where the advice changes. A GPU inside a hung NCCL kernel is busy,
+   * but that kernel has no record to show it: it is not called idle. */
+  for (size_t i = 0; i < t->n_comms && !hung; i++)
+    hung = t->comms[i].device == d && t->comms[i].pending &&
+           !strcmp(t->comms[i].pend_state, LAUNCHED);
+  if (window && g->kernels && !hung && pct(g->busy_ns, window) < 50.0)
     finding(out, findings, "gpu_idle", "GPU %" PRIu32 " was idle %.1f%% of the capture", d,
             100.0 - pct(g->busy_ns, window));
   if (g->n_gaps && !t->gpu_only && g->gaps[0].end - g->gaps[0].start >= window / 20 && window) {

@@ -187,6 +187,9 @@ def case_hang(work):
     check(hang == ["HANG: rank 0 is inside AllReduce seq 3, waiting for rank 1, which never got "
                    "to it (their host stacks and tracks say where they are)"], f"verdict {hang}")
     check("NCCL comm " + r0.get("comm", "?") + ": 2 of 2 ranks" in text, text)
+    # Rank 0's GPU is inside the hung kernel (no record shows it): only rank 1's is idle.
+    idle = [f["file"] for f in report["findings"] if f["kind"] == "gpu_idle"]
+    check(idle == [left], f"gpu_idle findings {idle}")
 
     # Rank 1's trace missing: the ranks without one are the suspects.
     report, _ = analyze([hung])
