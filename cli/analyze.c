@@ -1302,13 +1302,13 @@ static json_object *comms_json(const struct trace *t)
 
 static json_object *trace_report(FILE *out, const struct trace *t, json_object *findings)
 {
-  json_object *o = json_object_new_object(), *gpus = json_object_new_array(), *tf;
+  json_object *o = json_object_new_object(), *gpus = json_object_new_array();
   uint64_t window = t->end_ns > t->start_ns ? t->end_ns - t->start_ns : 0, kernel_ns = 0,
            copy_ns = 0;
   const char *pname = tf_str_of(t->meta, "process_name");
   const char *host = tf_str_of(t->meta, "hostname");
   uint64_t dropped = meta_u(t->meta, "dropped_records"),
-           dropped_api = meta_u(t->meta, "dropped_api_calls");
+           dropped_api = meta_u(t->meta, "dropped_api_calls"), sync_ns = 0;
   char b1[32];
 
   put_str(o, "file", t->path);
@@ -1330,6 +1330,13 @@ static json_object *trace_report(FILE *out, const struct trace *t, json_object *
             "%" PRIu64 " GPU records and %" PRIu64 " API calls were lost during the capture: "
             "totals below are low (docs/TRACES.md)",
             dropped, dropped_api);
+  if (tf_str_of(t->meta, "truncated"))
+    finding(out, findings, "truncated",
+            "the capture reached its size cap (%" PRIu64 " bytes): the %" PRIu64
+            " events after that were not written (GPUPROF_TRACE_MAX_SIZE)",
+            meta_u(t->meta, "size_cap_bytes"), meta_u(t->meta, "discarded_events"));
+  for (size_t i = 0; i < t->syncs.cap; i++)
+    sync_ns += t->syncs.tab[i].name ? t->syncs.tab[i].total_ns : 0;
   for (uint32_t d = 0; d < MAX_GPUS; d++)
     if (t->gpus[d].seen || t->gpus[d].mem_samples) {
       json_object_array_add(gpus, gpu_report(out, t, d, findings));
@@ -1343,18 +1350,12 @@ static json_object *trace_report(FILE *out, const struct trace *t, json_object *
                          stats_report(out, &t->copies, "copies by GPU time", copy_ns, TOP_ROWS));
   json_object_object_add(o, "api_calls",
                          stats_report(out, &t->api, "CUDA calls by host time", window, TOP_ROWS));
-  tf = stats_report(NULL, &t->syncs, "", window, 0);
-  json_object_object_add(o, "sync_calls", tf);
-  {
-    uint64_t sync_ns = 0;
-    for (size_t i = 0; i < json_object_array_length(tf); i++)
-      sync_ns += arg_u(json_object_array_get_idx(tf, i), "total_ns", 0);
-    put_u64(o, "sync_ns", sync_ns);
-    if (window && pct(sync_ns, window) >= 20.0)
-      finding(out, findings, "sync_heavy",
-              "host threads spent %s (%.0f%% of the capture) in synchronize calls",
-              fmt_ns(sync_ns, b1, 32), pct(sync_ns, window));
-  }
+  json_object_object_add(o, "sync_calls", stats_report(NULL, &t->syncs, "", window, 0));
+  put_u64(o, "sync_ns", sync_ns);
+  if (window && pct(sync_ns, window) >= 20.0)
+    finding(out, findings, "sync_heavy",
+            "host threads spent %s (%.0f%% of the capture) in synchronize calls",
+            fmt_ns(sync_ns, b1, 32), pct(sync_ns, window));
   json_object_object_add(o, "nccl", comms_json(t));
   return o;
 }

@@ -12,7 +12,8 @@ Cases (each in the encoding given by --format, through GPUPROF_TRACE_FORMAT):
           collective itself is stuck); rank 0 inside a Send whose Recv rank 1 never posts,
           posts (both inside), or has no trace for
   errors  what analyze refuses, in one line each: no trace, an unknown option, a file that is
-          not a trace, a missing file, a merged trace; a capture cut by a kill is analyzed
+          not a trace, a missing file, a merged trace; a capture cut by a kill is analyzed, one
+          cut by its size cap (trace_fixture's) says so
 """
 
 import argparse
@@ -295,6 +296,18 @@ def case_errors(work):
     check(m.returncode == 0, f"merge: {m.stderr}")
     refused([merged], 2, "a merged trace: analyze the per-process traces")
 
+    # The writer's fixture cut by its 256 KiB size cap, in each encoding: said, with what was
+    # lost, as are the records its metadata says CUPTI dropped.
+    subprocess.run([ARGS.fixture, work], check=True, capture_output=True, timeout=60)
+    for name in ("capped.json", "capped.json.gz", "capped.pftrace"):
+        report, _ = analyze([os.path.join(work, name)])
+        kinds = {f["kind"]: f["text"] for f in report["findings"]}
+        check(kinds.get("truncated", "").startswith(
+            "the capture reached its size cap (262144 bytes): the 2 events after that were not "
+            "written"), f"{name}: {kinds}")
+        check(kinds.get("data_lost", "").startswith("3 GPU records and 0 API calls were lost"),
+              f"{name}: {kinds}")
+
     # A capture cut by a kill (no metadata at its end): analyzed, and said to be cut.
     cut = os.path.join(work, "cut.json")
     with open(trace) as f:
@@ -315,6 +328,7 @@ def main():
     ap.add_argument("--format", required=True)
     ap.add_argument("--gpuprof", required=True)
     ap.add_argument("--prog", required=True)
+    ap.add_argument("--fixture", help="trace_fixture (errors)")
     ARGS = ap.parse_args()
     work = os.path.join(os.environ.get("E2E_WORKDIR", "/tmp"), "analyze")
     shutil.rmtree(work, ignore_errors=True)
