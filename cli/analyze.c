@@ -37,6 +37,10 @@ struct span {
 struct stat {
   char *name;
   uint64_t count, total_ns, max_ns, bytes;
+  /* NVTX ranges: when the longest started, and every duration (for the median and p99) */
+  uint64_t max_start_ns;
+  uint64_t *durs;
+  size_t n_durs, cap_durs;
 };
 
 struct stats {
@@ -122,6 +126,7 @@ struct trace {
   int gpu_only;
   struct gpu gpus[MAX_GPUS];
   struct stats kernels, copies, api, syncs;
+  struct stats nvtx; /* ranges by "<domain>: <name>" ("<name>" in the default domain) */
   struct {
     uint32_t tid;
     char *name;
@@ -207,6 +212,21 @@ static void stats_add(struct stats *t, const char *name, uint64_t dur, uint64_t 
     s->max_ns = dur;
 }
 
+/* An NVTX range: its time, and its duration kept for the percentiles. */
+static void stats_add_range(struct stats *t, const char *name, uint64_t start, uint64_t dur)
+{
+  struct stat *s = stats_get(t, name);
+
+  if (!s->count || dur > s->max_ns)
+    s->max_start_ns = start;
+  stats_add(t, name, dur, 0);
+  if (s->n_durs == s->cap_durs) {
+    s->cap_durs = s->cap_durs ? s->cap_durs * 2 : 64;
+    s->durs = xrealloc(s->durs, s->cap_durs * sizeof(*s->durs));
+  }
+  s->durs[s->n_durs++] = dur;
+}
+
 static int by_total(const void *a, const void *b)
 {
   const struct stat *x = a, *y = b;
@@ -231,8 +251,10 @@ static struct stat *stats_sorted(const struct stats *t)
 
 static void stats_free(struct stats *t)
 {
-  for (size_t i = 0; i < t->cap; i++)
+  for (size_t i = 0; i < t->cap; i++) {
     free(t->tab[i].name);
+    free(t->tab[i].durs);
+  }
   free(t->tab);
 }
 
@@ -524,6 +546,18 @@ static int by_gap_start(const void *a, const void *b)
   return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* An NVTX range (push/pop on its thread, or start/end): its category is its domain. */
+static void nvtx_range(struct trace *t, const struct tr_event *e)
+{
+  char label[512];
+
+  if (!strcmp(e->cat, "nvtx"))
+    snprintf(label, sizeof(label), "%s", e->name);
+  else
+    snprintf(label, sizeof(label), "%s: %s", e->cat, e->name);
+  stats_add_range(&t->nvtx, label, e->ts_ns, e->dur_ns);
+}
+
 static void on_event(void *ctx, const struct tr_event *e)
 {
   struct trace *t = ctx;
@@ -536,9 +570,14 @@ static void on_event(void *ctx, const struct tr_event *e)
     return;
   }
   switch (e->track) {
+  case TR_HOST_NVTX:
   case TR_HOST_THREAD:
-    if (e->kind != TR_SLICE || strcmp(e->cat, "cuda_api"))
-      return; /* NVTX ranges and marks */
+    if (e->kind != TR_SLICE)
+      return; /* NVTX marks */
+    if (strcmp(e->cat, "cuda_api")) {
+      nvtx_range(t, e);
+      return;
+    }
     t->host_calls++;
     stats_add(&t->api, e->name, e->dur_ns, 0);
     if (is_sync(e->name))
@@ -711,6 +750,7 @@ static void trace_free(struct trace *t)
   stats_free(&t->copies);
   stats_free(&t->api);
   stats_free(&t->syncs);
+  stats_free(&t->nvtx);
   for (size_t i = 0; i < t->n_threads; i++)
     free(t->threads[i].name);
   free(t->threads);
@@ -1140,6 +1180,55 @@ static void finding(FILE *out, json_object *list, const char *kind, const char *
   json_object_array_add(list, o);
 }
 
+static int by_u64(const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+  return x < y ? -1 : x > y;
+}
+
+/*
+ * NVTX ranges by total time, with the median, p99 and longest of each name: a step that is
+ * sometimes much slower than usual is a latency spike, and the slowest one's time says where
+ * in the trace to look.
+ */
+static json_object *nvtx_report(FILE *out, const struct trace *t, json_object *findings)
+{
+  struct stat *v = stats_sorted(&t->nvtx);
+  json_object *a = json_object_new_array();
+  char b1[32], b2[32], b3[32], b4[32], b5[32];
+
+  if (t->nvtx.len && out)
+    fprintf(out, "  NVTX ranges by total time:\n");
+  for (size_t i = 0; i < t->nvtx.len; i++) {
+    struct stat *s = &v[i]; /* a copy of the table's entry: its durations are the table's */
+    uint64_t median, p99, at = s->max_start_ns - t->start_ns;
+    json_object *o = stat_json(s);
+
+    qsort(s->durs, s->n_durs, sizeof(*s->durs), by_u64);
+    median = s->durs[(s->n_durs - 1) / 2];
+    p99 = s->durs[(s->n_durs - 1) * 99 / 100];
+    put_u64(o, "median_ns", median);
+    put_u64(o, "p99_ns", p99);
+    put_u64(o, "max_start_ns", s->max_start_ns);
+    json_object_array_add(a, o);
+    if (out && i < TOP_ROWS)
+      fprintf(out, "    %9s  %7" PRIu64 "x  median %9s  p99 %9s  max %9s at +%s  %s\n",
+              fmt_ns(s->total_ns, b1, 32), s->count, fmt_ns(median, b2, 32), fmt_ns(p99, b3, 32),
+              fmt_ns(s->max_ns, b4, 32), fmt_ns(at, b5, 32), s->name);
+    if (s->count >= 10 && s->max_ns >= 3 * median && s->max_ns - median >= 1000000)
+      finding(out, findings, "slow_range",
+              "NVTX %s: the slowest of %" PRIu64 " took %s at +%s, %.1fx the median %s: a "
+              "latency spike; the trace at that time shows what ran in it",
+              s->name, s->count, fmt_ns(s->max_ns, b1, 32), fmt_ns(at, b2, 32),
+              median ? (double)s->max_ns / (double)median : 0.0, fmt_ns(median, b3, 32));
+  }
+  if (t->nvtx.len > TOP_ROWS && out)
+    fprintf(out, "    ... %zu more\n", t->nvtx.len - TOP_ROWS);
+  free(v);
+  return a;
+}
+
 static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, json_object *findings)
 {
   const struct gpu *g = &t->gpus[d];
@@ -1222,8 +1311,8 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
   /* Findings: thresholds where the advice changes. A GPU inside a hung NCCL kernel is busy,
    * but that kernel has no record to show it: it is not called idle. */
   for (size_t i = 0; i < t->n_comms && !hung; i++)
-    hung = t->comms[i].device == d && t->comms[i].pending &&
-           !strcmp(t->comms[i].pend_state, LAUNCHED);
+    hung =
+        t->comms[i].device == d && t->comms[i].pending && !strcmp(t->comms[i].pend_state, LAUNCHED);
   if (window && g->kernels && !hung && pct(g->busy_ns, window) < 50.0)
     finding(out, findings, "gpu_idle", "GPU %" PRIu32 " was idle %.1f%% of the capture", d,
             100.0 - pct(g->busy_ns, window));
@@ -1351,6 +1440,7 @@ static json_object *trace_report(FILE *out, const struct trace *t, json_object *
   json_object_object_add(o, "api_calls",
                          stats_report(out, &t->api, "CUDA calls by host time", window, TOP_ROWS));
   json_object_object_add(o, "sync_calls", stats_report(NULL, &t->syncs, "", window, 0));
+  json_object_object_add(o, "nvtx_ranges", nvtx_report(out, t, findings));
   put_u64(o, "sync_ns", sync_ns);
   if (window && pct(sync_ns, window) >= 20.0)
     finding(out, findings, "sync_heavy",

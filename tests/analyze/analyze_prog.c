@@ -10,6 +10,8 @@
  *                            "hang" (posts the 4th AllReduce, whose kernel never finishes) or
  *                            "other" (posts an AllGather instead, which never finishes), "send"
  *                            or "recv" (a Send to / Recv from the other rank that never finishes)
+ *   analyze_prog steps       30 NVTX "step" ranges, each holding a "forward" range around a
+ *                            kernel; step 17 takes 40 ms more than the others (a spike)
  *   analyze_prog rank R pace T0
  *                            the same communicator: 12 AllReduces, the i-th at T0 + i * 50 ms
  *                            (CLOCK_REALTIME ns), rank 1's 20 ms late (a straggler); the two
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include <nccl.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include "tests/fakegpu/fakegpu.h"
 #include "tests/lib/e2e.h"
@@ -95,6 +98,29 @@ static int gpu(void)
   return 0;
 }
 
+static int steps(void)
+{
+  static const char *const names[] = {K_SHORT};
+  CUdevice dev;
+  CUcontext ctx;
+  CUfunction fn;
+  CUstream s;
+
+  e2e_context_with_kernels(&dev, &ctx, names, 1, &fn);
+  CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < 30; i++) {
+    nvtxRangePushA("step");
+    nvtxRangePushA("forward");
+    e2e_launch(fn, s);
+    CU(cuStreamSynchronize(s));
+    nvtxRangePop();
+    usleep(i == 17 ? 42000 : 2000);
+    nvtxRangePop();
+  }
+  printf("analyze_prog: steps done\n");
+  return 0;
+}
+
 static ncclComm_t comm; /* never destroyed when hung (a hung job): reachable, not leaked */
 
 /* Sleeps until CLOCK_REALTIME ns (the clock CUPTI's timestamps use). */
@@ -155,12 +181,15 @@ int main(int argc, char **argv)
 {
   if (argc == 2 && !strcmp(argv[1], "gpu"))
     return gpu();
+  if (argc == 2 && !strcmp(argv[1], "steps"))
+    return steps();
   if (argc == 4 && !strcmp(argv[1], "rank") &&
       (!strcmp(argv[3], "stop") || !strcmp(argv[3], "hang") || !strcmp(argv[3], "other") ||
        !strcmp(argv[3], "send") || !strcmp(argv[3], "recv")))
     return rank(atoi(argv[2]), argv[3], 0);
   if (argc == 5 && !strcmp(argv[1], "rank") && !strcmp(argv[3], "pace"))
     return rank(atoi(argv[2]), argv[3], strtoull(argv[4], NULL, 10));
-  fprintf(stderr, "usage: analyze_prog gpu | rank R stop|hang|other|send|recv | rank R pace T0\n");
+  fprintf(stderr,
+          "usage: analyze_prog gpu | steps | rank R stop|hang|other|send|recv | rank R pace T0\n");
   return 2;
 }

@@ -4,6 +4,7 @@
 Cases (each in the encoding given by --format, through GPUPROF_TRACE_FORMAT):
   gpu     the known workload on two GPUs: counts, GPU times, bytes, the memory peak, the two
           idle gaps of GPU 0 and the host calls in them, and the findings they make
+  steps   30 NVTX steps, one 40 ms slower: counts, median, p99 and the spike found
   straggler  two ranks at once, rank 1 20 ms late to each of 12 AllReduces: named as the one
           the others wait for
   hang    two ranks of one communicator: rank 0 inside its 4th AllReduce, rank 1 gone after its
@@ -272,6 +273,25 @@ def case_straggler(work):
     check(not [f for f in report["findings"] if f["kind"] == "nccl_straggler"], "no straggler")
 
 
+def case_steps(work):
+    trace = run_prog(["steps"], os.path.join(work, "steps"))
+    report, text = analyze([trace])
+    rows = by_name(report["traces"][0]["nvtx_ranges"])
+    check(sorted(rows) == ["forward", "step"], f"ranges {sorted(rows)}")
+    step, fwd = rows.get("step", {}), rows.get("forward", {})
+    check(step.get("count") == 30 and fwd.get("count") == 30, f"counts {step} {fwd}")
+    # Steps sleep 2 ms, the 18th 42 ms: the median is about 2 ms, the slowest the 18th.
+    check(2000000 <= step.get("median_ns", 0) < 20000000, f"step median {step}")
+    # p99 of 30 is the 29th: the spike alone is above it.
+    check(step.get("max_ns", 0) >= 42000000 and step.get("p99_ns", 1 << 62) < 20000000,
+          f"step max {step}")
+    check(step.get("total_ns", 0) >= 29 * 2000000 + 42000000, f"step total {step}")
+    check(fwd.get("max_ns", 1 << 62) < 20000000, f"forward has no spike {fwd}")
+    slow = [f["text"] for f in report["findings"] if f["kind"] == "slow_range"]
+    check(len(slow) == 1 and slow[0].startswith("NVTX step: the slowest of 30 took "), f"{slow}")
+    check("NVTX ranges by total time:" in text, text)
+
+
 def case_errors(work):
     gp = ARGS.gpuprof
 
@@ -324,7 +344,8 @@ def case_errors(work):
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", required=True, choices=["gpu", "hang", "straggler", "errors"])
+    ap.add_argument("--case", required=True,
+                    choices=["gpu", "hang", "straggler", "steps", "errors"])
     ap.add_argument("--format", required=True)
     ap.add_argument("--gpuprof", required=True)
     ap.add_argument("--prog", required=True)
@@ -334,7 +355,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     {"gpu": case_gpu, "hang": case_hang, "straggler": case_straggler,
-     "errors": case_errors}[ARGS.case](work)
+     "steps": case_steps, "errors": case_errors}[ARGS.case](work)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
