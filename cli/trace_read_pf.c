@@ -1078,10 +1078,6 @@ int trace_read_pftrace(const char *path, const struct tr_sink *sink)
     if (rc)
       goto out;
   }
-  if (rc == -ENOMEM) {
-    rc = nomem(&rd); /* tf_pf_next does not report its buffer's growth failing */
-    goto out;
-  }
   if (rc < 0 && rc != -EPIPE)
     goto out;
   cut = rc == -EPIPE;

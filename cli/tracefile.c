@@ -236,7 +236,7 @@ static int pf_need(struct tf_pf_reader *r, size_t n)
         cap *= 2;
       nb = realloc(r->buf, cap);
       if (!nb)
-        return -ENOMEM;
+        return tf_io_fail(r->path, "cannot read", ENOMEM);
       r->buf = nb;
       r->cap = cap;
     }
