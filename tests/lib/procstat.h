@@ -4,7 +4,9 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 /* Entries of a /proc directory (e.g. /proc/self/fd, /proc/self/task), -1 if unreadable; for
  * /proc/self/fd without the descriptor opendir itself holds. */
@@ -21,6 +23,39 @@ static inline int procstat_count_dir(const char *path)
       n++;
   closedir(d);
   return n - (strcmp(path, "/proc/self/fd") == 0);
+}
+
+/* Threads of this process named `name` (/proc/self/task/N/comm), the first one's id in *tid
+ * when tid is not NULL; -1 if /proc cannot be read. */
+static inline int procstat_threads_named(const char *name, pid_t *tid)
+{
+  DIR *d = opendir("/proc/self/task");
+  struct dirent *e;
+  int n = 0;
+
+  if (!d)
+    return -1;
+  while ((e = readdir(d))) {
+    char path[300], comm[64] = "";
+    FILE *f;
+
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+    f = fopen(path, "r");
+    if (!f)
+      continue; /* the thread ended between readdir and open */
+    if (fgets(comm, sizeof(comm), f))
+      comm[strcspn(comm, "\n")] = '\0';
+    fclose(f);
+    if (strcmp(comm, name))
+      continue;
+    if (!n && tid)
+      *tid = (pid_t)atoi(e->d_name);
+    n++;
+  }
+  closedir(d);
+  return n;
 }
 
 /* VmRSS in KiB, -1 if unreadable. */

@@ -1,7 +1,6 @@
 /* Checks the gzip trace output's compressor thread: flush semantics, size bound, errors, no leak.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 #include <zlib.h>
 
 #include "export/trace_internal.h"
+#include "tests/lib/procstat.h"
 #include "tests/trace/expect.h"
 
 /*
@@ -35,33 +35,10 @@
 static unsigned char *data; /* what was handed to trace_out, in order */
 static size_t data_len;
 
-/* The ids of this process's threads named "gpuprof-gz"; returns how many (first in *tid). */
+/* This process's threads named "gpuprof-gz"; returns how many (first in *tid). */
 static int gz_threads(pid_t *tid)
 {
-  DIR *d = opendir("/proc/self/task");
-  struct dirent *e;
-  int n = 0;
-
-  if (!d)
-    return -1;
-  while ((e = readdir(d))) {
-    char path[300], comm[64] = "";
-    FILE *f;
-    if (e->d_name[0] == '.')
-      continue;
-    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-    f = fopen(path, "r");
-    if (!f)
-      continue;
-    if (fgets(comm, sizeof(comm), f) && !strcmp(comm, "gpuprof-gz\n")) {
-      if (!n && tid)
-        *tid = (pid_t)atoi(e->d_name);
-      n++;
-    }
-    fclose(f);
-  }
-  closedir(d);
-  return n;
+  return procstat_threads_named("gpuprof-gz", tid);
 }
 
 /* Whether thread tid blocks the signals an application or the agent may send or trigger. */

@@ -1,5 +1,4 @@
 /* Unit tests of the agent's thread helper (agent/util/bthread.c): start, bounded join, detach. */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,44 +10,17 @@
 
 #include "agent/util/bthread.h"
 #include "agent/util/clock.h"
+#include "tests/lib/procstat.h"
 #include "unit.h"
-
-/* Threads of this process named `name` (/proc/self/task/N/comm); -1 if it cannot be read. */
-static int task_count_named(const char *name)
-{
-  DIR *d = opendir("/proc/self/task");
-  struct dirent *e;
-  int n = 0;
-
-  if (!d)
-    return -1;
-  while ((e = readdir(d))) {
-    char path[300], comm[32] = "";
-    FILE *f;
-
-    if (e->d_name[0] == '.')
-      continue;
-    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-    f = fopen(path, "r");
-    if (!f)
-      continue; /* the thread went away between readdir and open */
-    if (fgets(comm, sizeof(comm), f))
-      comm[strcspn(comm, "\n")] = '\0';
-    fclose(f);
-    n += strcmp(comm, name) == 0;
-  }
-  closedir(d);
-  return n;
-}
 
 /* Waits (up to 10 s) until no thread is named `name`: 1 if none is. A joined thread can still be
  * listed for a moment: the kernel clears its tid (what pthread_join waits for) before it takes
  * the task out of /proc. */
 static int wait_none_named(const char *name)
 {
-  for (int i = 0; i < 10000 && task_count_named(name) != 0; i++)
+  for (int i = 0; i < 10000 && procstat_threads_named(name, NULL) != 0; i++)
     usleep(1000);
-  return task_count_named(name) == 0;
+  return procstat_threads_named(name, NULL) == 0;
 }
 
 static int task_exists(pid_t tid)
