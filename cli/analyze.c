@@ -3,6 +3,7 @@
 #include "cli/analyze.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1546,54 +1547,55 @@ static void usage(FILE *f)
   fprintf(f, "usage: gpuprof analyze [--json FILE|-] TRACE...\n"
              "  Reads capture traces (.json, .json.gz, .pftrace; one per process, e.g. every rank\n"
              "  of a job) and reports per GPU busy time, the longest idle gaps and the host calls\n"
-             "  in them, the kernels, copies and CUDA calls that took the most time, and NCCL\n"
-             "  communicators compared across ranks (which rank a hang waits for).\n"
+             "  in them, the kernels, copies and CUDA calls that took the most time, NVTX ranges\n"
+             "  and their spikes, and NCCL communicators compared across ranks (which rank a hang\n"
+             "  waits for, which rank the others wait for). docs/ANALYZE.md\n"
              "  --json FILE  also write the report as JSON (- for stdout, instead of the text)\n");
 }
 
 int cmd_analyze(int argc, char **argv)
 {
+  static const struct option longopts[] = {
+      {"json", required_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
   const char *json_path = NULL;
   struct trace *traces;
   json_object *report = NULL, *list, *findings, *comms;
   FILE *out = stdout;
   size_t n = 0;
-  int rc = 0, opts = 1;
+  int rc = 0, c;
 
   tf_prog = "gpuprof analyze";
-  traces = calloc((size_t)argc + 1, sizeof(*traces));
-  if (!traces)
-    return 1;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (opts && !strcmp(a, "--")) {
-      opts = 0;
-    } else if (opts && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
+  /* getopt_long from "analyze" on (argv[-1]: the caller passes what follows it); its own
+   * messages off, ours name the command. */
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc + 1, argv - 1, "hj:", longopts, NULL)) != -1) {
+    if (c == 'h') {
       usage(stdout);
-      free(traces);
       return 0;
-    } else if (opts && !strcmp(a, "--json")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "gpuprof analyze: --json needs a file (or -)\n");
-        free(traces);
-        return 2;
-      }
-      json_path = argv[++i];
-    } else if (opts && a[0] == '-' && a[1]) {
-      fprintf(stderr, "gpuprof analyze: unknown option %s\n", a);
-      usage(stderr);
-      free(traces);
-      return 2;
-    } else {
-      traces[n++].path = a;
     }
+    if (c == 'j') {
+      json_path = optarg;
+      continue;
+    }
+    if (optopt == 'j')
+      fprintf(stderr, "gpuprof analyze: --json needs a file (or -)\n");
+    else
+      fprintf(stderr, "gpuprof analyze: unknown option %s\n", argv[optind - 2]);
+    usage(stderr);
+    return 2;
   }
+  n = (size_t)(argc + 1 - optind);
   if (!n) {
     fprintf(stderr, "gpuprof analyze: no trace given\n");
     usage(stderr);
-    free(traces);
     return 2;
   }
+  traces = calloc(n, sizeof(*traces));
+  if (!traces)
+    return 1;
+  for (size_t i = 0; i < n; i++)
+    traces[i].path = argv[optind - 1 + (int)i];
   for (size_t i = 0; i < n && !rc; i++)
     rc = trace_load(&traces[i]);
   if (rc)
