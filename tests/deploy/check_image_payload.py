@@ -322,6 +322,16 @@ def sidecar(a, spec, root, image, volume, mount, own):
     check({f"ctl_kernel_{i}" for i in range(4)} <= names, f"pod-sidecar.yaml: slices {sorted(names)}")
     check("cuLaunchKernel" not in names, "pod-sidecar.yaml: a --gpu-only capture has API slices")
     print(f"ok: pod-sidecar.yaml: the sidecar's capture wrote {os.path.basename(path)}")
+    # The image's gpuprof reads the capture where it lies (docs/KUBERNETES.md): the kernels the
+    # trace holds, by name, from the image's own libraries (json-c, protobuf-c, zlib).
+    an = confined(image, a.user, ["gpuprof", "analyze", "--json", "-", traces[0]], cenv,
+                  binds=[(volume, mount)])
+    aout, aerr = an.communicate(timeout=60)
+    if check(an.returncode == 0, f"pod-sidecar.yaml: gpuprof analyze exited {an.returncode}: {aerr}"):
+        rows = json.loads(aout)["traces"][0]["kernels"]
+        check({f"ctl_kernel_{i}" for i in range(4)} <= {r["name"] for r in rows},
+              f"pod-sidecar.yaml: gpuprof analyze kernels {rows}")
+        print("ok: pod-sidecar.yaml: the image's gpuprof analyze read the capture")
 
 
 # --self-test: each break of a copy of samples/ must make the check fail.
