@@ -12,6 +12,7 @@
 
 #include "cli/trace_read.h"
 #include "cli/tracefile.h"
+#include "export/trace_internal.h"
 
 /*
  * Each trace is read twice (cli/trace_read.c, streaming): the first pass sums what each GPU,
@@ -27,6 +28,8 @@
 #define TOP_GAPS 5
 #define TOP_ROWS 10
 #define GAP_CALLS 3 /* host calls reported per gap */
+#define MAX_THREAD_NAMES 4096u
+#define MAX_RANKS_LISTED 65536 /* ranks without a trace are listed for communicators up to this */
 /* Launching a kernel costs some µs of host and GPU time: work shorter than this is bound by it. */
 #define SHORT_KERNEL_NS 10000u
 
@@ -309,6 +312,8 @@ static void on_thread(void *ctx, uint32_t tid, const char *name)
       t->threads[i].name = xstrdup(name);
       return;
     }
+  if (t->n_threads == MAX_THREAD_NAMES)
+    return; /* past it, threads are shown by id (the list is searched linearly) */
   t->threads = xrealloc(t->threads, (t->n_threads + 1) * sizeof(*t->threads));
   t->threads[t->n_threads].tid = tid;
   t->threads[t->n_threads++].name = xstrdup(name);
@@ -347,6 +352,8 @@ static struct comm *comm_of(struct trace *t, const char *hash, json_object *args
   for (size_t i = 0; i < t->n_comms; i++)
     if (!strcmp(t->comms[i].hash, hash) && t->comms[i].rank == rank)
       return &t->comms[i];
+  if (t->n_comms == TRACE_MAX_NCCL_COMMS)
+    return NULL; /* more than a trace can hold: not the agent's */
   t->comms = xrealloc(t->comms, (t->n_comms + 1) * sizeof(*t->comms));
   c = &t->comms[t->n_comms++];
   memset(c, 0, sizeof(*c));
@@ -396,6 +403,8 @@ static void nccl_event(struct trace *t, const struct tr_event *e)
   if (!hash)
     return;
   c = comm_of(t, hash, e->args, e->device);
+  if (!c)
+    return;
   if (state) {
     uint64_t posted = arg_u(e->args, "posted_ns", e->ts_ns);
     int64_t peer = (int64_t)arg_u(e->args, "peer", UINT64_MAX);
@@ -903,7 +912,7 @@ static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nr
       front_n = same;
     }
   }
-  for (int64_t r = 0; r < nranks; r++) {
+  for (int64_t r = 0; r < nranks && nranks <= MAX_RANKS_LISTED; r++) {
     size_t i;
     for (i = 0; i < n && v[i].c->rank != r; i++) {
     }

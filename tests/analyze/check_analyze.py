@@ -328,6 +328,28 @@ def case_errors(work):
         check(kinds.get("data_lost", "").startswith("3 GPU records and 0 API calls were lost"),
               f"{name}: {kinds}")
 
+    # Values no agent writes, bounded: 300 communicators (a trace holds 256), one of 2^40
+    # ranks, 5000 named threads; read in well under the test's time.
+    hostile = os.path.join(work, "hostile.json")
+    pid, gpu_pid = 77, 0x40000000 | (77 << 8)
+    events = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": 1000 + i,
+               "args": {"name": f"t{i}"}} for i in range(5000)]
+    for i in range(300):
+        events.append({"ph": "X", "cat": "nccl", "name": "AllReduce", "pid": gpu_pid,
+                       "tid": 0x40000000 | (i % 256), "ts": i, "dur": 1,
+                       "args": {"comm": f"{i:016x}", "rank": 0, "nranks": 1 << 40, "seq": 0,
+                                "state": "launched, not finished", "posted_ns": i}})
+    with open(hostile, "w") as f:
+        f.write('{"traceEvents":[\n')
+        f.write(",\n".join(json.dumps(e, separators=(",", ":")) for e in events))
+        f.write('\n],"metadata":{"base_time_ns":1700000000000000000,"pid":77}}\n')
+    t0 = time.monotonic()
+    report, _ = analyze([hostile])
+    check(time.monotonic() - t0 < 30, "hostile trace: analyzed within 30 s")
+    check(len(report["nccl_comms"]) == 256, f"hostile: {len(report['nccl_comms'])} comms")
+    check(all(c["analysis"]["ranks_without_trace"] == [] for c in report["nccl_comms"]),
+          "hostile: 2^40 ranks are not listed")
+
     # A capture cut by a kill (no metadata at its end): analyzed, and said to be cut.
     cut = os.path.join(work, "cut.json")
     with open(trace) as f:
