@@ -1190,6 +1190,12 @@ static void finding(FILE *out, json_object *list, const char *kind, const char *
   json_object_array_add(list, o);
 }
 
+/* ts as an offset into the capture (0 for anything before its start). */
+static uint64_t since_start(const struct trace *t, uint64_t ts)
+{
+  return ts > t->start_ns ? ts - t->start_ns : 0;
+}
+
 static int by_u64(const void *a, const void *b)
 {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -1212,7 +1218,7 @@ static json_object *nvtx_report(FILE *out, const struct trace *t, json_object *f
     fprintf(out, "  NVTX ranges by total time:\n");
   for (size_t i = 0; i < t->nvtx.len; i++) {
     struct stat *s = &v[i]; /* a copy of the table's entry: its durations are the table's */
-    uint64_t median, p99, at = s->max_start_ns - t->start_ns;
+    uint64_t median, p99, at = since_start(t, s->max_start_ns);
     json_object *o = stat_json(s);
 
     qsort(s->durs, s->n_durs, sizeof(*s->durs), by_u64);
@@ -1242,7 +1248,7 @@ static json_object *nvtx_report(FILE *out, const struct trace *t, json_object *f
 static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, json_object *findings)
 {
   const struct gpu *g = &t->gpus[d];
-  uint64_t window = t->end_ns > t->start_ns ? t->end_ns - t->start_ns : 0;
+  uint64_t window = since_start(t, t->end_ns);
   json_object *o = json_object_new_object(), *gaps = json_object_new_array();
   char b1[32], b2[32], b3[32], tn[64];
   int hung = 0;
@@ -1275,7 +1281,7 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
             fmt_ns(g->copy_ns, tn, 32), g->sets);
     if (g->mem_samples)
       fprintf(out, "    GPU memory in use: peak %s at +%s\n", fmt_bytes(g->mem_peak, b1, 32),
-              fmt_ns(g->mem_peak_ts - t->start_ns, b2, 32));
+              fmt_ns(since_start(t, g->mem_peak_ts), b2, 32));
   }
   for (int k = 0; k < g->n_gaps; k++) {
     const struct gap *gp = &g->gaps[k];
@@ -1287,7 +1293,7 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
     put_u64(go, "host_cuda_ns", gp->covered_ns);
     if (out)
       fprintf(out, "    idle %s at +%s:", fmt_ns(len, b1, 32),
-              fmt_ns(gp->start - t->start_ns, b2, 32));
+              fmt_ns(since_start(t, gp->start), b2, 32));
     for (size_t j = 0; j < GAP_CALLS && j < gp->n_calls; j++) {
       json_object *c;
       if (gp->calls[j].overlap_ns * 100 < len)
@@ -1402,8 +1408,7 @@ static json_object *comms_json(const struct trace *t)
 static json_object *trace_report(FILE *out, const struct trace *t, json_object *findings)
 {
   json_object *o = json_object_new_object(), *gpus = json_object_new_array();
-  uint64_t window = t->end_ns > t->start_ns ? t->end_ns - t->start_ns : 0, kernel_ns = 0,
-           copy_ns = 0;
+  uint64_t window = since_start(t, t->end_ns), kernel_ns = 0, copy_ns = 0;
   const char *pname = tf_str_of(t->meta, "process_name");
   const char *host = tf_str_of(t->meta, "hostname");
   uint64_t dropped = meta_u(t->meta, "dropped_records"),
