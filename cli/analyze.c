@@ -627,6 +627,8 @@ static uint64_t spans_union(struct span *v, size_t *n)
   size_t out = 0;
   uint64_t total = 0;
 
+  if (!*n)
+    return 0; /* v may be NULL: qsort's is declared non-null */
   qsort(v, *n, sizeof(*v), by_start);
   for (size_t i = 0; i < *n; i++) {
     if (out && v[i].start <= v[out - 1].end) {
@@ -736,7 +738,8 @@ static int trace_load(struct trace *t)
       gp->covered_ns = spans_union(gp->cover, &gp->n_cover);
       free(gp->cover);
       gp->cover = NULL;
-      qsort(gp->calls, gp->n_calls, sizeof(*gp->calls), by_overlap);
+      if (gp->n_calls)
+        qsort(gp->calls, gp->n_calls, sizeof(*gp->calls), by_overlap);
     }
   return 0;
 }
@@ -1076,7 +1079,8 @@ static json_object *comm_arrivals(struct rank_view *v, size_t n, char *text, siz
   }
   for (size_t i = 0; i < n; i++) {
     sort_comm = v[i].c;
-    qsort(v[i].c->colls, v[i].c->n_colls, sizeof(struct coll), by_coll);
+    if (v[i].c->n_colls)
+      qsort(v[i].c->colls, v[i].c->n_colls, sizeof(struct coll), by_coll);
   }
   for (size_t k = 0; n > 1 && k < v[0].c->n_colls; k++) {
     const struct coll *op = &v[0].c->colls[k];
