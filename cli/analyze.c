@@ -17,7 +17,8 @@
 /*
  * Each trace is read twice (cli/trace_read.c, streaming): the first pass sums what each GPU,
  * kernel, copy direction, API call and NCCL communicator did and keeps every GPU activity's
- * interval (16 bytes each: the GPU's busy time is their union, its idle gaps what lies between);
+ * interval (16 bytes each: the GPU's busy time is their union, its idle gaps what lies between,
+ * and the copies' union met with the kernels' tells how much copying hid behind compute);
  * the second pass, once the longest gaps are known, finds the host calls that overlap them.
  * The communicators of all the traces are then compared by their hash, which is the same on
  * every rank: that is how a hang's missing rank is found (docs/ANALYZE.md).
@@ -36,6 +37,13 @@
 struct span {
   uint64_t start, end;
 };
+
+struct spans {
+  struct span *v;
+  size_t n, cap;
+};
+
+enum { SPAN_KERNEL, SPAN_COPY, SPAN_SET, SPAN_KINDS };
 
 /* Totals by name (kernels, copy directions, API calls). */
 struct stat {
@@ -71,9 +79,10 @@ struct gap {
 struct gpu {
   int seen;
   char *name;
-  struct span *busy; /* kernels, copies and sets */
-  size_t n_busy, cap_busy;
+  /* The intervals of its kernels, copies and sets (SPAN_*), until the trace is read. */
+  struct spans spans[SPAN_KINDS];
   uint64_t busy_ns, first_ns, last_ns;
+  uint64_t copy_overlap_ns; /* copy time during which a kernel ran too */
   uint64_t kernels, kernel_ns, short_kernels, short_ns, copies, copy_ns, copy_bytes, sets, set_ns;
   uint64_t pageable_copies, pageable_ns, pageable_bytes; /* a side in pageable host memory */
   uint64_t mem_peak, mem_peak_ts, mem_samples;
@@ -446,6 +455,15 @@ static void nccl_event(struct trace *t, const struct tr_event *e)
   }
 }
 
+static void spans_add(struct spans *s, uint64_t start, uint64_t end)
+{
+  if (s->n == s->cap) {
+    s->cap = s->cap ? s->cap * 2 : 1024;
+    s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
+  }
+  s->v[s->n++] = (struct span){start, end};
+}
+
 static void gpu_work(struct trace *t, const struct tr_event *e)
 {
   struct gpu *g = &t->gpus[e->device];
@@ -456,12 +474,8 @@ static void gpu_work(struct trace *t, const struct tr_event *e)
   if (!g->seen || end > g->last_ns)
     g->last_ns = end;
   g->seen = 1;
-  if (g->n_busy == g->cap_busy) {
-    g->cap_busy = g->cap_busy ? g->cap_busy * 2 : 1024;
-    g->busy = xrealloc(g->busy, g->cap_busy * sizeof(*g->busy));
-  }
-  g->busy[g->n_busy++] = (struct span){e->ts_ns, end};
   if (!strcmp(e->cat, "kernel")) {
+    spans_add(&g->spans[SPAN_KERNEL], e->ts_ns, end);
     g->kernels++;
     g->kernel_ns += e->dur_ns;
     if (e->dur_ns < SHORT_KERNEL_NS) {
@@ -474,6 +488,7 @@ static void gpu_work(struct trace *t, const struct tr_event *e)
     const char *src = arg_s(e->args, "src_kind"), *dst = arg_s(e->args, "dst_kind");
     char label[160];
 
+    spans_add(&g->spans[SPAN_COPY], e->ts_ns, end);
     g->copies++;
     g->copy_ns += e->dur_ns;
     g->copy_bytes += bytes;
@@ -489,6 +504,7 @@ static void gpu_work(struct trace *t, const struct tr_event *e)
       snprintf(label, sizeof(label), "%s", e->name);
     stats_add(&t->copies, label, e->dur_ns, bytes);
   } else {
+    spans_add(&g->spans[SPAN_SET], e->ts_ns, end);
     g->sets++;
     g->set_ns += e->dur_ns;
   }
@@ -644,12 +660,41 @@ static uint64_t spans_union(struct span *v, size_t *n)
   return total;
 }
 
-/* Busy time and the longest idle gaps between a GPU's first and last work. */
+/* The length of the intersection of two unions (disjoint spans in time order). */
+static uint64_t spans_overlap(const struct spans *a, const struct spans *b)
+{
+  uint64_t total = 0;
+  size_t i = 0, j = 0;
+
+  while (i < a->n && j < b->n) {
+    uint64_t s = a->v[i].start > b->v[j].start ? a->v[i].start : b->v[j].start;
+    uint64_t e = a->v[i].end < b->v[j].end ? a->v[i].end : b->v[j].end;
+    if (s < e)
+      total += e - s;
+    if (a->v[i].end < b->v[j].end)
+      i++;
+    else
+      j++;
+  }
+  return total;
+}
+
+/* Busy time, copy time under kernels, and the longest idle gaps between a GPU's first and last
+ * work. */
 static void gpu_finish(struct gpu *g)
 {
-  g->busy_ns = spans_union(g->busy, &g->n_busy);
-  for (size_t i = 1; i < g->n_busy; i++) {
-    struct gap gp = {.start = g->busy[i - 1].end, .end = g->busy[i].start};
+  struct spans busy = {0};
+
+  for (int k = 0; k < SPAN_KINDS; k++) {
+    struct spans *s = &g->spans[k];
+    spans_union(s->v, &s->n);
+    for (size_t i = 0; i < s->n; i++)
+      spans_add(&busy, s->v[i].start, s->v[i].end);
+  }
+  g->copy_overlap_ns = spans_overlap(&g->spans[SPAN_KERNEL], &g->spans[SPAN_COPY]);
+  g->busy_ns = spans_union(busy.v, &busy.n);
+  for (size_t i = 1; i < busy.n; i++) {
+    struct gap gp = {.start = busy.v[i - 1].end, .end = busy.v[i].start};
     int k;
 
     if (g->n_gaps == TOP_GAPS &&
@@ -664,8 +709,11 @@ static void gpu_finish(struct gpu *g)
       g->gaps[k - 1] = tmp;
     }
   }
-  free(g->busy);
-  g->busy = NULL;
+  free(busy.v);
+  for (int k = 0; k < SPAN_KINDS; k++) {
+    free(g->spans[k].v);
+    g->spans[k] = (struct spans){0};
+  }
 }
 
 static uint64_t meta_u(json_object *meta, const char *key)
@@ -749,7 +797,8 @@ static void trace_free(struct trace *t)
   for (size_t d = 0; d < MAX_GPUS; d++) {
     struct gpu *g = &t->gpus[d];
     free(g->name);
-    free(g->busy);
+    for (int k = 0; k < SPAN_KINDS; k++)
+      free(g->spans[k].v);
     for (int k = 0; k < TOP_GAPS; k++) {
       free(g->gaps[k].cover);
       for (size_t j = 0; j < g->gaps[k].n_calls; j++)
@@ -1267,6 +1316,7 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
   put_u64(o, "copies", g->copies);
   put_u64(o, "copy_ns", g->copy_ns);
   put_u64(o, "copy_bytes", g->copy_bytes);
+  put_u64(o, "copy_overlap_ns", g->copy_overlap_ns);
   put_u64(o, "pageable_copies", g->pageable_copies);
   put_u64(o, "pageable_copy_ns", g->pageable_ns);
   put_u64(o, "pageable_copy_bytes", g->pageable_bytes);
@@ -1369,6 +1419,14 @@ static json_object *gpu_report(FILE *out, const struct trace *t, uint32_t d, jso
             "and asynchronously",
             d, g->pageable_copies, fmt_bytes(g->pageable_bytes, b1, 32),
             g->pageable_ns ? (double)g->pageable_bytes / (double)g->pageable_ns : 0.0);
+  /* Copies that never run beside a kernel make the GPU wait for them. */
+  if (g->kernels && g->busy_ns && pct(g->copy_ns, g->busy_ns) >= 20.0 &&
+      pct(g->copy_overlap_ns, g->copy_ns) < 10.0)
+    finding(out, findings, "copies_serialized",
+            "GPU %" PRIu32 ": copies take %.0f%% of its busy time and %.0f%% of them ran beside a "
+            "kernel: copies on their own stream (cudaMemcpyAsync from pinned memory) would hide "
+            "behind the compute",
+            d, pct(g->copy_ns, g->busy_ns), pct(g->copy_overlap_ns, g->copy_ns));
   if (g->busy_ns && pct(g->copy_ns, g->copy_ns + g->kernel_ns) >= 30.0)
     finding(out, findings, "copy_bound",
             "copies take %.0f%% of GPU %" PRIu32 "'s work time (%s moved)",

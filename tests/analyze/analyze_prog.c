@@ -1,7 +1,9 @@
 /* Workloads with known answers for gpuprof analyze, on the simulated GPU (check_analyze.py).
  *
  *   analyze_prog gpu         two GPUs: on GPU 0, 200 short kernels (2 µs), 4 long ones (2 ms),
- *                            3 copies HtoD and 2 DtoH of 8 MiB, 48 MiB allocated at the peak;
+ *                            a fifth long one beside an 8 MiB copy from pinned memory on
+ *                            another stream, 3 copies HtoD and 2 DtoH of 8 MiB from pageable
+ *                            memory, 48 MiB allocated at the peak;
  *                            then GPU 0 idles twice: 40 ms while the host makes no CUDA call,
  *                            80 ms while it waits in cuStreamSynchronize for a kernel on GPU 1
  *   analyze_prog rank R MODE rank R of a 2-rank communicator whose unique id is fixed, so that
@@ -47,7 +49,8 @@ static int gpu(void)
   CUcontext ctx0, ctx1;
   CUfunction fn[3], wait1;
   CUmodule mod1;
-  CUstream s0, s1;
+  CUstream s0, s1, s2;
+  void *pinned;
   CUdeviceptr a, b, c;
   uint8_t *host = malloc(8 * MIB);
 
@@ -69,6 +72,14 @@ static int gpu(void)
   for (int i = 0; i < 4; i++)
     e2e_launch(fn[1], s0);
   CU(cuStreamSynchronize(s0));
+  /* One copy that hides behind a kernel: from pinned memory, on a stream of its own. */
+  CU(cuMemAllocHost(&pinned, 8 * MIB));
+  CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  e2e_launch(fn[1], s0);
+  CU(cuMemcpyHtoDAsync(a, pinned, 8 * MIB, s2));
+  CU(cuStreamSynchronize(s2));
+  CU(cuStreamSynchronize(s0));
+  CU(cuMemFreeHost(pinned));
   for (int i = 0; i < 3; i++)
     CU(cuMemcpyHtoD(a, host, 8 * MIB));
   for (int i = 0; i < 2; i++)
