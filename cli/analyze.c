@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/client.h"
 #include "cli/trace_read.h"
 #include "cli/tracefile.h"
 #include "export/trace_internal.h"
@@ -149,6 +150,11 @@ struct trace {
   size_t n_comms;
   uint64_t host_calls;
   int pass;
+  /* --from/--to: offsets into the capture, and the absolute window they make (win_to
+   * UINT64_MAX: to the end); everything is clipped to it. */
+  uint64_t from_ns, to_ns;
+  int windowed;
+  uint64_t win_from, win_to;
   /* Pass 2: every GPU's gaps by start, and the latest end among the first i + 1. */
   struct gap **gap_index;
   uint64_t *gap_max_end;
@@ -584,12 +590,36 @@ static void nvtx_range(struct trace *t, const struct tr_event *e)
   stats_add_range(&t->nvtx, label, e->ts_ns, e->dur_ns);
 }
 
-static void on_event(void *ctx, const struct tr_event *e)
+/* e clipped to the --from/--to window into c: 0 when nothing of it is inside. */
+static int clip(const struct trace *t, const struct tr_event *e, struct tr_event *c)
+{
+  uint64_t end = e->ts_ns + e->dur_ns, s, en;
+
+  if (!e->dur_ns) /* instants, counters, empty slices: inside when they start inside */
+    return e->ts_ns >= t->win_from && e->ts_ns < t->win_to ? (*c = *e, 1) : 0;
+  if (end <= t->win_from || e->ts_ns >= t->win_to)
+    return 0;
+  s = e->ts_ns > t->win_from ? e->ts_ns : t->win_from;
+  en = end < t->win_to ? end : t->win_to;
+  *c = *e;
+  c->ts_ns = s;
+  c->dur_ns = en - s;
+  return 1;
+}
+
+static void on_event(void *ctx, const struct tr_event *ev)
 {
   struct trace *t = ctx;
+  struct tr_event clipped;
+  const struct tr_event *e = ev;
 
   if ((e->track != TR_HOST_THREAD && e->track != TR_HOST_NVTX) && e->device >= MAX_GPUS)
     return;
+  if (t->windowed) {
+    if (!clip(t, ev, &clipped))
+      return;
+    e = &clipped;
+  }
   if (t->pass == 2) {
     if (e->track == TR_HOST_THREAD && e->kind == TR_SLICE && !strcmp(e->cat, "cuda_api"))
       gaps_add_call(t, e);
@@ -729,6 +759,23 @@ static int trace_load(struct trace *t)
   json_object *v;
   int rc;
 
+  if (t->windowed) {
+    /* The window is in offsets from the capture's start, which the metadata holds: one more
+     * pass, of the names and metadata only ("\001" is no category). */
+    struct tr_sink pre = {.ctx = t, .meta = on_meta, .only_cat = "\001"};
+    uint64_t start;
+
+    rc = trace_read(t->path, &pre);
+    if (rc < 0)
+      return rc == -EINVAL ? EXIT_BAD_INPUT : 1;
+    start = meta_u(t->meta, "capture_start_ns");
+    if (!start)
+      start = meta_u(t->meta, "base_time_ns");
+    json_object_put(t->meta);
+    t->meta = NULL;
+    t->win_from = start + t->from_ns;
+    t->win_to = t->to_ns ? start + t->to_ns : UINT64_MAX;
+  }
   t->pass = 1;
   rc = trace_read(t->path, &sink);
   if (rc < 0)
@@ -755,6 +802,12 @@ static int trace_load(struct trace *t)
       t->start_ns = g->first_ns;
     if (!meta_u(t->meta, "capture_end_ns") && g->last_ns > t->end_ns)
       t->end_ns = g->last_ns;
+  }
+  if (t->windowed) {
+    if (t->win_from > t->start_ns)
+      t->start_ns = t->win_from;
+    if (t->win_to < t->end_ns)
+      t->end_ns = t->win_to;
   }
   for (size_t d = 0; d < MAX_GPUS; d++)
     if (t->gpus[d].seen)
@@ -1483,13 +1536,18 @@ static json_object *trace_report(FILE *out, const struct trace *t, json_object *
   put_str(o, "hostname", host ? host : "");
   put_u64(o, "capture_start_ns", t->start_ns);
   put_u64(o, "capture_ns", window);
+  if (t->windowed) { /* capture_start_ns and capture_ns are the window's then */
+    put_u64(o, "from_ns", t->from_ns);
+    put_u64(o, "to_ns", t->to_ns);
+  }
   json_object_object_add(o, "gpu_only", json_object_new_boolean(t->gpu_only));
   json_object_object_add(o, "cut", json_object_new_boolean(t->cut));
   put_u64(o, "dropped_records", dropped);
   put_u64(o, "dropped_api_calls", dropped_api);
   if (out)
-    fprintf(out, "\n%s\n  %s on %s, capture of %s%s%s\n", t->path, pname ? pname : "process",
-            host ? host : "?", fmt_ns(window, b1, 32), t->gpu_only ? ", GPU-only" : "",
+    fprintf(out, "\n%s\n  %s on %s, %s of %s%s%s\n", t->path, pname ? pname : "process",
+            host ? host : "?", t->windowed ? "window" : "capture", fmt_ns(window, b1, 32),
+            t->gpu_only ? ", GPU-only" : "",
             t->cut ? ", cut short (the process was killed during the capture?)" : "");
   if (dropped || dropped_api)
     finding(out, findings, "data_lost",
@@ -1620,19 +1678,26 @@ static json_object *comms_report(FILE *out, struct trace *traces, size_t n, json
 
 static void usage(FILE *f)
 {
-  fprintf(f, "usage: gpuprof analyze [--json FILE|-] TRACE...\n"
+  fprintf(f, "usage: gpuprof analyze [--json FILE|-] [--from T] [--to T] TRACE...\n"
              "  Reads capture traces (.json, .json.gz, .pftrace; one per process, e.g. every rank\n"
              "  of a job) and reports per GPU busy time, the longest idle gaps and the host calls\n"
              "  in them, the kernels, copies and CUDA calls that took the most time, NVTX ranges\n"
              "  and their spikes, and NCCL communicators compared across ranks (which rank a hang\n"
              "  waits for, which rank the others wait for). docs/ANALYZE.md\n"
-             "  --json FILE  also write the report as JSON (- for stdout, instead of the text)\n");
+             "  --json FILE  also write the report as JSON (- for stdout, instead of the text)\n"
+             "  --from T, --to T  only this part of each capture (offsets from its start, e.g.\n"
+             "               --from 41ms --to 84ms: a spike the report pointed at)\n");
 }
 
 int cmd_analyze(int argc, char **argv)
 {
-  static const struct option longopts[] = {
-      {"json", required_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"json", required_argument, NULL, 'j'},
+                                           {"from", required_argument, NULL, 'f'},
+                                           {"to", required_argument, NULL, 't'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0, 0, 0, 0}};
+  uint64_t from_ns = 0, to_ns = 0;
+  int windowed = 0;
   const char *json_path = NULL;
   struct trace *traces;
   json_object *report = NULL, *list, *findings, *comms;
@@ -1654,11 +1719,30 @@ int cmd_analyze(int argc, char **argv)
       json_path = optarg;
       continue;
     }
-    if (optopt == 'j')
-      fprintf(stderr, "gpuprof analyze: --json needs a file (or -)\n");
+    if (c == 'f' || c == 't') {
+      uint64_t *v = c == 'f' ? &from_ns : &to_ns;
+      if (client_parse_duration(optarg, v)) {
+        fprintf(stderr,
+                "gpuprof analyze: --%s %s is not a duration (an offset into the capture: "
+                "500ms, 41090us, 2s)\n",
+                c == 'f' ? "from" : "to", optarg);
+        return 2;
+      }
+      windowed = 1;
+      continue;
+    }
+    if (optopt == 'j' || optopt == 'f' || optopt == 't')
+      fprintf(stderr, "gpuprof analyze: --%s needs a value\n",
+              optopt == 'j'   ? "json"
+              : optopt == 'f' ? "from"
+                              : "to");
     else
       fprintf(stderr, "gpuprof analyze: unknown option %s\n", argv[optind - 2]);
     usage(stderr);
+    return 2;
+  }
+  if (windowed && to_ns && to_ns <= from_ns) {
+    fprintf(stderr, "gpuprof analyze: --to must be after --from\n");
     return 2;
   }
   n = (size_t)(argc + 1 - optind);
@@ -1670,8 +1754,12 @@ int cmd_analyze(int argc, char **argv)
   traces = calloc(n, sizeof(*traces));
   if (!traces)
     return 1;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     traces[i].path = argv[optind - 1 + (int)i];
+    traces[i].windowed = windowed;
+    traces[i].from_ns = from_ns;
+    traces[i].to_ns = to_ns;
+  }
   for (size_t i = 0; i < n && !rc; i++)
     rc = trace_load(&traces[i]);
   if (rc)

@@ -4,7 +4,8 @@
 Cases (each in the encoding given by --format, through GPUPROF_TRACE_FORMAT):
   gpu     the known workload on two GPUs: counts, GPU times, bytes, the memory peak, the two
           idle gaps of GPU 0 and the host calls in them, and the findings they make
-  steps   30 NVTX steps, one 40 ms slower: counts, median, p99 and the spike found
+  steps   30 NVTX steps, one 40 ms slower: counts, median, p99 and the spike found; the
+          spike's window alone (--from/--to)
   straggler  two ranks at once, rank 1 20 ms late to each of 12 AllReduces: named as the one
           the others wait for
   hang    two ranks of one communicator: rank 0 inside its 4th AllReduce, rank 1 gone after its
@@ -304,6 +305,24 @@ def case_steps(work):
           f"{slow}")
     check("NVTX ranges by total time:" in text, text)
 
+    # The spike's own window (--from/--to, as the finding points at it): that one step, its
+    # forward range and its one kernel.
+    tr = report["traces"][0]
+    at = step.get("max_start_ns", 0) - tr["capture_start_ns"]
+    p = subprocess.run([ARGS.gpuprof, "analyze", "--json", "-", "--from", f"{at}ns", "--to",
+                        f"{at + step.get('max_ns', 0)}ns", trace], capture_output=True,
+                       text=True, timeout=120)
+    check(p.returncode == 0 and p.stderr == "", f"windowed analyze: {p.returncode} {p.stderr}")
+    w = json.loads(p.stdout)["traces"][0] if p.returncode == 0 else {}
+    rows = by_name(w.get("nvtx_ranges", []))
+    check(w.get("from_ns") == at and w.get("capture_ns") == step.get("max_ns") and
+          w.get("capture_start_ns") == step.get("max_start_ns"), f"window {w.get('from_ns')}")
+    check(rows.get("step", {}).get("count") == 1 and
+          rows.get("step", {}).get("max_ns") == step.get("max_ns") and
+          rows.get("forward", {}).get("count") == 1, f"window ranges {rows}")
+    check([(k["name"], k["count"]) for k in w.get("kernels", [])] == [("short_k()", 1)],
+          f"window kernels {w.get('kernels')}")
+
 
 def case_errors(work):
     gp = ARGS.gpuprof
@@ -323,6 +342,8 @@ def case_errors(work):
         f.write("hello\n")
     refused([junk], 2, junk + ": not a gpuprof trace")
     refused([os.path.join(work, "absent.json")], 1, "absent.json: cannot open")
+    refused(["--from", "soon", junk], 2, "--from soon is not a duration")
+    refused(["--from", "2ms", "--to", "1ms", junk], 2, "--to must be after --from")
     trace = run_prog(["gpu"], os.path.join(work, "gpu"))
     merged = os.path.join(work, "merged.json")
     m = subprocess.run([gp, "merge", "-o", merged, trace], capture_output=True, text=True, timeout=60)
