@@ -293,6 +293,37 @@ static void put_str(json_object *o, const char *key, const char *v)
   json_object_object_add(o, key, json_object_new_string(v));
 }
 
+static const char *fmt_ns(uint64_t ns, char *buf, size_t n)
+{
+  if (ns < 1000)
+    snprintf(buf, n, "%" PRIu64 " ns", ns);
+  else if (ns < 1000000)
+    snprintf(buf, n, "%.1f us", (double)ns / 1e3);
+  else if (ns < 1000000000)
+    snprintf(buf, n, "%.2f ms", (double)ns / 1e6);
+  else
+    snprintf(buf, n, "%.3f s", (double)ns / 1e9);
+  return buf;
+}
+
+static const char *fmt_bytes(uint64_t b, char *buf, size_t n)
+{
+  if (b < 1024)
+    snprintf(buf, n, "%" PRIu64 " B", b);
+  else if (b < (1ull << 20))
+    snprintf(buf, n, "%.1f KiB", (double)b / 1024);
+  else if (b < (1ull << 30))
+    snprintf(buf, n, "%.1f MiB", (double)b / 1048576);
+  else
+    snprintf(buf, n, "%.2f GiB", (double)b / 1073741824);
+  return buf;
+}
+
+static double pct(uint64_t part, uint64_t whole)
+{
+  return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
 static uint64_t arg_u(json_object *args, const char *key, uint64_t dflt)
 {
   json_object *v;
@@ -909,6 +940,12 @@ struct rank_view {
   const struct comm *c;
 };
 
+/* How long the rank's oldest pending operation had been posted when its capture ended. */
+static uint64_t pending_for(const struct rank_view *r)
+{
+  return r->t->end_ns > r->c->pend_posted_ns ? r->t->end_ns - r->c->pend_posted_ns : 0;
+}
+
 /* A rank inside a collective that does not finish. */
 static int is_stuck(const struct comm *c)
 {
@@ -940,6 +977,7 @@ static const char *p2p_verdict(const struct rank_view *v, size_t n, json_object 
                                size_t tn)
 {
   const char *verdict = NULL;
+  char b1[32];
 
   for (size_t i = 0; i < n; i++) {
     const struct comm *c = v[i].c, *p = NULL;
@@ -965,9 +1003,13 @@ static const char *p2p_verdict(const struct rank_view *v, size_t n, json_object 
     put_str(row, "func", c->pend_func);
     put_i64(row, "peer", c->pend_peer);
     put_str(row, "peer_state", why);
+    put_u64(row, "waiting_ns", pending_for(&v[i]));
     json_object_array_add(rows, row);
-    append(text, tn, "%sHANG: rank %" PRId64 " is inside %s %s rank %" PRId64, text[0] ? "; " : "",
-           c->rank, c->pend_func, send ? "to" : "from", c->pend_peer);
+    append(text, tn,
+           "%sHANG: rank %" PRId64 " is inside %s %s rank %" PRId64
+           " (posted %s before the capture ended)",
+           text[0] ? "; " : "", c->rank, c->pend_func, send ? "to" : "from", c->pend_peer,
+           fmt_ns(pending_for(&v[i]), b1, sizeof(b1)));
     if (!p) {
       append(text, tn, ", which has no trace here (the suspect)");
       verdict = verdict ? verdict : "hang: peer without trace";
@@ -1004,6 +1046,8 @@ static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nr
               *missing = json_object_new_array();
   const struct comm *front = NULL;
   size_t front_n = 0;
+  uint64_t waited = 0; /* the longest a waiting rank had been inside it */
+  char b1[32];
 
   for (size_t i = 0; i < n; i++) {
     size_t same = 0;
@@ -1041,9 +1085,11 @@ static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nr
   }
   for (size_t i = 0; i < n; i++) {
     const struct comm *c = v[i].c;
-    if (is_stuck(c) && c->pend_seq == front->pend_seq && !strcmp(c->pend_func, front->pend_func))
+    if (is_stuck(c) && c->pend_seq == front->pend_seq && !strcmp(c->pend_func, front->pend_func)) {
       json_object_array_add(waiting, json_object_new_int64(c->rank));
-    else if (newest_seq(c, front->pend_func) >= front->pend_seq)
+      if (pending_for(&v[i]) > waited)
+        waited = pending_for(&v[i]);
+    } else if (newest_seq(c, front->pend_func) >= front->pend_seq)
       continue; /* it finished that one */
     else if (is_stuck(c))
       json_object_array_add(elsewhere, json_object_new_int64(c->rank));
@@ -1052,13 +1098,15 @@ static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nr
   }
   put_str(o, "func", front->pend_func);
   put_i64(o, "seq", front->pend_seq);
+  put_u64(o, "waiting_ns", waited);
   json_object_object_add(o, "waiting_ranks", json_object_get(waiting));
   json_object_object_add(o, "behind_ranks", json_object_get(behind));
   json_object_object_add(o, "elsewhere_ranks", json_object_get(elsewhere));
   append(text, tn, "HANG: rank%s", front_n > 1 ? "s" : "");
   append_ranks(text, tn, waiting);
-  append(text, tn, " %s inside %s seq %" PRId64, front_n > 1 ? "are" : "is", front->pend_func,
-         front->pend_seq);
+  append(text, tn, " %s inside %s seq %" PRId64 " (posted %s before the capture ended)",
+         front_n > 1 ? "are" : "is", front->pend_func, front->pend_seq,
+         fmt_ns(waited, b1, sizeof(b1)));
   if (json_object_array_length(behind) || json_object_array_length(elsewhere)) {
     append(text, tn, ", waiting for");
     if (json_object_array_length(behind)) {
@@ -1093,39 +1141,6 @@ static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nr
   json_object_put(behind);
   json_object_put(elsewhere);
   return o;
-}
-
-/* ---- output ---- */
-
-static const char *fmt_ns(uint64_t ns, char *buf, size_t n)
-{
-  if (ns < 1000)
-    snprintf(buf, n, "%" PRIu64 " ns", ns);
-  else if (ns < 1000000)
-    snprintf(buf, n, "%.1f us", (double)ns / 1e3);
-  else if (ns < 1000000000)
-    snprintf(buf, n, "%.2f ms", (double)ns / 1e6);
-  else
-    snprintf(buf, n, "%.3f s", (double)ns / 1e9);
-  return buf;
-}
-
-static const char *fmt_bytes(uint64_t b, char *buf, size_t n)
-{
-  if (b < 1024)
-    snprintf(buf, n, "%" PRIu64 " B", b);
-  else if (b < (1ull << 20))
-    snprintf(buf, n, "%.1f KiB", (double)b / 1024);
-  else if (b < (1ull << 30))
-    snprintf(buf, n, "%.1f MiB", (double)b / 1048576);
-  else
-    snprintf(buf, n, "%.2f GiB", (double)b / 1073741824);
-  return buf;
-}
-
-static double pct(uint64_t part, uint64_t whole)
-{
-  return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
 /* Orders a rank's collectives by function name, then number. */
@@ -1236,6 +1251,8 @@ static json_object *comm_arrivals(struct rank_view *v, size_t n, char *text, siz
   free(starts);
   return o;
 }
+
+/* ---- output ---- */
 
 static json_object *stat_json(const struct stat *s)
 {
@@ -1646,13 +1663,24 @@ static json_object *comms_report(FILE *out, struct trace *traces, size_t n, json
       if (!first)
         continue;
       for (size_t a = 0; a < n; a++)
-        for (size_t b = 0; b < traces[a].n_comms; b++)
-          if (!strcmp(traces[a].comms[b].hash, hash)) {
-            v = xrealloc(v, (nv + 1) * sizeof(*v));
-            v[nv++] = (struct rank_view){&traces[a], &traces[a].comms[b]};
-            if (traces[a].comms[b].nranks > nranks)
-              nranks = traces[a].comms[b].nranks;
+        for (size_t b = 0; b < traces[a].n_comms; b++) {
+          const struct comm *c = &traces[a].comms[b];
+          size_t k;
+          if (strcmp(c->hash, hash))
+            continue;
+          if (c->nranks > nranks)
+            nranks = c->nranks;
+          /* One view per rank: of several captures of it, the latest. */
+          for (k = 0; k < nv && v[k].c->rank != c->rank; k++) {
           }
+          if (k < nv) {
+            if (traces[a].end_ns > v[k].t->end_ns)
+              v[k] = (struct rank_view){&traces[a], c};
+            continue;
+          }
+          v = xrealloc(v, (nv + 1) * sizeof(*v));
+          v[nv++] = (struct rank_view){&traces[a], c};
+        }
       co = json_object_new_object();
       put_str(co, "comm", hash);
       put_i64(co, "nranks", nranks);
