@@ -4,11 +4,14 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/client.h"
 #include "cli/trace_read.h"
@@ -47,7 +50,7 @@ struct spans {
 enum { SPAN_KERNEL, SPAN_COPY, SPAN_SET, SPAN_KINDS };
 
 /* Totals by name (kernels, copy directions, API calls). */
-struct stat {
+struct tally {
   char *name;
   uint64_t count, total_ns, max_ns, bytes;
   /* NVTX ranges: when the longest started, and every duration (for the median and p99) */
@@ -57,7 +60,7 @@ struct stat {
 };
 
 struct stats {
-  struct stat *tab; /* open addressing, a power of two */
+  struct tally *tab; /* open addressing, a power of two */
   size_t cap, len;
 };
 
@@ -192,13 +195,13 @@ static uint64_t hash_name(const char *s)
   return h;
 }
 
-static struct stat *stats_get(struct stats *t, const char *name)
+static struct tally *stats_get(struct stats *t, const char *name)
 {
   size_t i;
 
   if ((t->len + 1) * 2 > t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 64;
-    struct stat *nt = xrealloc(NULL, cap * sizeof(*nt));
+    struct tally *nt = xrealloc(NULL, cap * sizeof(*nt));
 
     memset(nt, 0, cap * sizeof(*nt));
     for (size_t j = 0; j < t->cap; j++) {
@@ -222,7 +225,7 @@ static struct stat *stats_get(struct stats *t, const char *name)
 
 static void stats_add(struct stats *t, const char *name, uint64_t dur, uint64_t bytes)
 {
-  struct stat *s = stats_get(t, name);
+  struct tally *s = stats_get(t, name);
 
   s->count++;
   s->total_ns += dur;
@@ -234,7 +237,7 @@ static void stats_add(struct stats *t, const char *name, uint64_t dur, uint64_t 
 /* An NVTX range: its time, and its duration kept for the percentiles. */
 static void stats_add_range(struct stats *t, const char *name, uint64_t start, uint64_t dur)
 {
-  struct stat *s = stats_get(t, name);
+  struct tally *s = stats_get(t, name);
 
   if (!s->count || dur > s->max_ns)
     s->max_start_ns = start;
@@ -248,7 +251,7 @@ static void stats_add_range(struct stats *t, const char *name, uint64_t start, u
 
 static int by_total(const void *a, const void *b)
 {
-  const struct stat *x = a, *y = b;
+  const struct tally *x = a, *y = b;
 
   if (x->total_ns != y->total_ns)
     return x->total_ns < y->total_ns ? 1 : -1;
@@ -256,9 +259,9 @@ static int by_total(const void *a, const void *b)
 }
 
 /* The entries, largest total first (a new array; the names stay the table's). */
-static struct stat *stats_sorted(const struct stats *t)
+static struct tally *stats_sorted(const struct stats *t)
 {
-  struct stat *v = xrealloc(NULL, t->len * sizeof(*v));
+  struct tally *v = xrealloc(NULL, t->len * sizeof(*v));
   size_t n = 0;
 
   for (size_t i = 0; i < t->cap; i++)
@@ -1254,7 +1257,7 @@ static json_object *comm_arrivals(struct rank_view *v, size_t n, char *text, siz
 
 /* ---- output ---- */
 
-static json_object *stat_json(const struct stat *s)
+static json_object *stat_json(const struct tally *s)
 {
   json_object *o = json_object_new_object();
 
@@ -1271,7 +1274,7 @@ static json_object *stat_json(const struct stat *s)
 static json_object *stats_report(FILE *out, const struct stats *t, const char *title,
                                  uint64_t whole, size_t rows)
 {
-  struct stat *v = stats_sorted(t);
+  struct tally *v = stats_sorted(t);
   json_object *a = json_object_new_array();
   char b1[32], b2[32], b3[32];
 
@@ -1333,14 +1336,14 @@ static int by_u64(const void *a, const void *b)
  */
 static json_object *nvtx_report(FILE *out, const struct trace *t, json_object *findings)
 {
-  struct stat *v = stats_sorted(&t->nvtx);
+  struct tally *v = stats_sorted(&t->nvtx);
   json_object *a = json_object_new_array();
   char b1[32], b2[32], b3[32], b4[32], b5[32];
 
   if (t->nvtx.len && out)
     fprintf(out, "  NVTX ranges by total time:\n");
   for (size_t i = 0; i < t->nvtx.len; i++) {
-    struct stat *s = &v[i]; /* a copy of the table's entry: its durations are the table's */
+    struct tally *s = &v[i]; /* a copy of the table's entry: its durations are the table's */
     uint64_t median, p99, at = since_start(t, s->max_start_ns);
     json_object *o = stat_json(s);
 
@@ -1704,14 +1707,74 @@ static json_object *comms_report(FILE *out, struct trace *traces, size_t n, json
   return comms;
 }
 
+static int is_trace_name(const char *path)
+{
+  static const char *const suffixes[] = {".json", ".json.gz", ".pftrace"};
+  size_t n = strlen(path);
+
+  for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+    size_t k = strlen(suffixes[i]);
+    if (n > k && !strcmp(path + n - k, suffixes[i]))
+      return 1;
+  }
+  return 0;
+}
+
+/* Appends a copy of path to *v (*n entries). */
+static void paths_add(char ***v, size_t *n, const char *path)
+{
+  *v = xrealloc(*v, (*n + 1) * sizeof(**v));
+  (*v)[(*n)++] = xstrdup(path);
+}
+
+/*
+ * The traces named on the command line, in order, into *v (*n of them, copies), a directory
+ * standing for the capture traces in it (gpuprof-*-capture*.json, .json.gz, .pftrace, as
+ * captures name them: what `gpuprof capture --all --output DIR` wrote). 0, or an exit status
+ * (reported).
+ */
+static int expand_inputs(int argc, char **argv, char ***v, size_t *n)
+{
+  for (int i = 0; i < argc; i++) {
+    struct stat st;
+    char pattern[PATH_MAX];
+    glob_t g;
+    size_t before = *n;
+    int rc;
+
+    if (stat(argv[i], &st) || !S_ISDIR(st.st_mode)) {
+      paths_add(v, n, argv[i]); /* a file (or nothing there: trace_read says so) */
+      continue;
+    }
+    if ((size_t)snprintf(pattern, sizeof(pattern), "%s/gpuprof-*-capture*", argv[i]) >=
+        sizeof(pattern))
+      return tf_fail(argv[i], "path too long"), 2;
+    rc = glob(pattern, 0, NULL, &g);
+    if (rc == GLOB_NOSPACE)
+      return tf_io_fail(argv[i], "cannot list", ENOMEM), 1;
+    /* Only the traces: the capture's profiles (.pb.gz) share its name stem. */
+    for (size_t k = 0; rc == 0 && k < g.gl_pathc; k++)
+      if (is_trace_name(g.gl_pathv[k]))
+        paths_add(v, n, g.gl_pathv[k]);
+    if (rc != GLOB_NOMATCH)
+      globfree(&g);
+    if (*n == before)
+      return tf_fail(argv[i], "a directory without gpuprof capture traces "
+                              "(gpuprof-*-capture*.json, .json.gz, .pftrace)"),
+             2;
+  }
+  return 0;
+}
+
 static void usage(FILE *f)
 {
-  fprintf(f, "usage: gpuprof analyze [--json FILE|-] [--from T] [--to T] TRACE...\n"
+  fprintf(f, "usage: gpuprof analyze [--json FILE|-] [--from T] [--to T] TRACE|DIR...\n"
              "  Reads capture traces (.json, .json.gz, .pftrace; one per process, e.g. every rank\n"
              "  of a job) and reports per GPU busy time, the longest idle gaps and the host calls\n"
              "  in them, the kernels, copies and CUDA calls that took the most time, NVTX ranges\n"
              "  and their spikes, and NCCL communicators compared across ranks (which rank a hang\n"
              "  waits for, which rank the others wait for). docs/ANALYZE.md\n"
+             "  A directory stands for the capture traces in it (gpuprof capture --output DIR).\n"
              "  --json FILE  also write the report as JSON (- for stdout, instead of the text)\n"
              "  --from T, --to T  only this part of each capture (offsets from its start, e.g.\n"
              "               --from 41ms --to 84ms: a spike the report pointed at)\n");
@@ -1726,6 +1789,8 @@ int cmd_analyze(int argc, char **argv)
                                            {0, 0, 0, 0}};
   uint64_t from_ns = 0, to_ns = 0;
   int windowed = 0;
+  char **paths = NULL;
+  size_t n_paths = 0;
   const char *json_path = NULL;
   struct trace *traces;
   json_object *report = NULL, *list, *findings, *comms;
@@ -1773,17 +1838,21 @@ int cmd_analyze(int argc, char **argv)
     fprintf(stderr, "gpuprof analyze: --to must be after --from\n");
     return 2;
   }
-  n = (size_t)(argc + 1 - optind);
-  if (!n) {
+  if (optind > argc) {
     fprintf(stderr, "gpuprof analyze: no trace given\n");
     usage(stderr);
     return 2;
   }
-  traces = calloc(n, sizeof(*traces));
-  if (!traces)
-    return 1;
+  rc = expand_inputs(argc + 1 - optind, argv + optind - 1, &paths, &n_paths);
+  n = n_paths;
+  traces = rc ? NULL : calloc(n, sizeof(*traces));
+  if (!traces) {
+    rc = rc ? rc : 1;
+    n = 0;
+    goto out;
+  }
   for (size_t i = 0; i < n; i++) {
-    traces[i].path = argv[optind - 1 + (int)i];
+    traces[i].path = paths[i];
     traces[i].windowed = windowed;
     traces[i].from_ns = from_ns;
     traces[i].to_ns = to_ns;
@@ -1837,6 +1906,9 @@ out:
   for (size_t i = 0; i < n; i++)
     trace_free(&traces[i]);
   free(traces);
+  for (size_t i = 0; i < n_paths; i++)
+    free(paths[i]);
+  free(paths);
   json_object_put(report);
   return rc;
 }

@@ -216,6 +216,12 @@ def case_hang(work):
     idle = [f["file"] for f in report["findings"] if f["kind"] == "gpu_idle"]
     check(idle == [left], f"gpu_idle findings {idle}")
 
+    # The ranks' output directories for their traces (the profiles beside them left out).
+    report, _ = analyze([os.path.dirname(hung), os.path.dirname(left)])
+    check([t["file"] for t in report["traces"]] == [hung, left] and
+          report["nccl_comms"][0]["analysis"]["verdict"] == "hang: ranks behind",
+          f"directories {[t['file'] for t in report['traces']]}")
+
     # The same rank twice (captures of one process): one view of it, the verdict unchanged.
     report, _ = analyze([hung, hung, left])
     (comm,) = report["nccl_comms"]
@@ -364,6 +370,9 @@ def case_errors(work):
     refused([junk], 2, junk + ": not a gpuprof trace")
     refused([os.path.join(work, "absent.json")], 1, "absent.json: cannot open")
     refused(["--from", "soon", junk], 2, "--from soon is not a duration")
+    empty = os.path.join(work, "empty")
+    os.makedirs(empty)
+    refused([empty], 2, empty + ": a directory without gpuprof capture traces")
     refused(["--from", "2ms", "--to", "1ms", junk], 2, "--to must be after --from")
     trace = run_prog(["gpu"], os.path.join(work, "gpu"))
     merged = os.path.join(work, "merged.json")
