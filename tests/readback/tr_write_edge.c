@@ -134,9 +134,6 @@ static void feed(struct trace_writer *w)
 
 int main(int argc, char **argv)
 {
-  static const char *const suffixes[] = {".json", ".json.gz", ".pftrace"};
-  static const enum trace_format formats[] = {TRACE_FORMAT_JSON, TRACE_FORMAT_JSON_GZ,
-                                              TRACE_FORMAT_PERFETTO};
   struct trace_meta m = {.base_ns = BASE,
                          .pid = PID,
                          .hostname = "h\xc3\xa9st\xff",
@@ -148,11 +145,11 @@ int main(int argc, char **argv)
     fprintf(stderr, "usage: tr_write_edge OUTDIR\n");
     return 2;
   }
-  for (int f = 0; f < 3; f++) {
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++) {
     struct trace_writer *w;
 
-    snprintf(path, sizeof(path), "%s/edge%s", argv[1], suffixes[f]);
-    w = trace_writer_open(path, formats[f], &m);
+    snprintf(path, sizeof(path), "%s/edge%s", argv[1], trace_format_suffix((enum trace_format)f));
+    w = trace_writer_open(path, (enum trace_format)f, &m);
     if (!w) {
       fprintf(stderr, "tr_write_edge: %s: %s\n", path, strerror(errno));
       return 1;

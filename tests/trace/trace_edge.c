@@ -31,10 +31,6 @@
 #define BASE 1700000000000000000ull
 #define PID 4242u
 
-static const char *const suffixes[] = {".json", ".json.gz", ".pftrace"};
-static const enum trace_format formats[] = {TRACE_FORMAT_JSON, TRACE_FORMAT_JSON_GZ,
-                                            TRACE_FORMAT_PERFETTO};
-
 static struct trace_meta meta(uint64_t cap)
 {
   return (struct trace_meta){.base_ns = BASE,
@@ -51,8 +47,8 @@ static struct trace_writer *open_f(const char *dir, const char *stem, int f, uin
   struct trace_meta m = meta(cap);
   struct trace_writer *w;
 
-  snprintf(path, sizeof(path), "%s/%s%s", dir, stem, suffixes[f]);
-  w = trace_writer_open(path, formats[f], &m);
+  snprintf(path, sizeof(path), "%s/%s%s", dir, stem, trace_format_suffix((enum trace_format)f));
+  w = trace_writer_open(path, (enum trace_format)f, &m);
   if (!w) {
     fprintf(stderr, "trace_writer_open %s: %s\n", path, strerror(errno));
     exit(1);
@@ -329,7 +325,7 @@ int main(int argc, char **argv)
   }
   json_writer_utf8();
   stream_ranks();
-  for (int f = 0; f < 3; f++) {
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++) {
     ties(argv[1], f);
     flowties(argv[1], f);
     utf8(argv[1], f);

@@ -312,10 +312,6 @@ static struct trace_meta meta(uint64_t cap)
                              .flows = 1};
 }
 
-static const char *const suffixes[] = {".json", ".json.gz", ".pftrace"};
-static const enum trace_format formats[] = {TRACE_FORMAT_JSON, TRACE_FORMAT_JSON_GZ,
-                                            TRACE_FORMAT_PERFETTO};
-
 static void log_stats(FILE *f, const char *file, const struct trace_stats *st, int close_rc)
 {
   fprintf(f,
@@ -367,14 +363,15 @@ int main(int argc, char **argv)
     return 1;
   }
 
-  for (int f = 0; f < 3; f++) {
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++) {
     struct trace_meta m = meta(0);
     struct trace_stats st;
     struct trace_writer *w;
     int rc;
 
-    snprintf(path, sizeof(path), "%s/fixture%s", argv[1], suffixes[f]);
-    w = trace_writer_open(path, formats[f], &m);
+    snprintf(path, sizeof(path), "%s/fixture%s", argv[1],
+             trace_format_suffix((enum trace_format)f));
+    w = trace_writer_open(path, (enum trace_format)f, &m);
     if (!w) {
       fprintf(stderr, "trace_writer_open %s: %s\n", path, strerror(errno));
       return 1;
@@ -392,14 +389,14 @@ int main(int argc, char **argv)
   }
 
   /* Size cap. */
-  for (int f = 0; f < 3; f++) {
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++) {
     struct trace_meta m = meta(256 * 1024);
     struct trace_stats st;
     struct trace_writer *w;
     int rc;
 
-    snprintf(path, sizeof(path), "%s/capped%s", argv[1], suffixes[f]);
-    w = trace_writer_open(path, formats[f], &m);
+    snprintf(path, sizeof(path), "%s/capped%s", argv[1], trace_format_suffix((enum trace_format)f));
+    w = trace_writer_open(path, (enum trace_format)f, &m);
     if (!w) {
       fprintf(stderr, "trace_writer_open %s: %s\n", path, strerror(errno));
       return 1;
@@ -416,16 +413,16 @@ int main(int argc, char **argv)
   }
 
   /* Killed before close: a child writes and SIGKILLs itself. */
-  for (int f = 0; f < 3; f++) {
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++) {
     pid_t child;
     int status;
 
-    snprintf(path, sizeof(path), "%s/killed%s", argv[1], suffixes[f]);
+    snprintf(path, sizeof(path), "%s/killed%s", argv[1], trace_format_suffix((enum trace_format)f));
     fflush(NULL);
     child = fork();
     if (child == 0) {
       struct trace_meta m = meta(0);
-      struct trace_writer *w = trace_writer_open(path, formats[f], &m);
+      struct trace_writer *w = trace_writer_open(path, (enum trace_format)f, &m);
       if (!w)
         _exit(3);
       feed(w);

@@ -36,7 +36,7 @@ static void sync_all(uint32_t device, uint32_t stream, const char *name, uint64_
 {
   uint32_t corr = next_corr++;
 
-  for (int f = 0; f < 3; f++)
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++)
     EXPECT(trace_writer_sync(ws[f], device, stream, name, BASE + s, BASE + e, corr) == 0);
   fprintf(logf,
           "{\"device\":%u,\"stream\":%u,\"name\":\"%s\",\"start\":%llu,\"end\":%llu,"
@@ -46,9 +46,6 @@ static void sync_all(uint32_t device, uint32_t stream, const char *name, uint64_
 
 int main(int argc, char **argv)
 {
-  static const char *const suffixes[] = {".json", ".json.gz", ".pftrace"};
-  static const enum trace_format formats[] = {TRACE_FORMAT_JSON, TRACE_FORMAT_JSON_GZ,
-                                              TRACE_FORMAT_PERFETTO};
   struct trace_meta m = {.base_ns = BASE,
                          .pid = PID,
                          .process_name = "sync lanes",
@@ -68,9 +65,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "%s: %s\n", path, strerror(errno));
     return 1;
   }
-  for (int f = 0; f < 3; f++) {
-    snprintf(path, sizeof(path), "%s/syncs%s", argv[1], suffixes[f]);
-    ws[f] = trace_writer_open(path, formats[f], &m);
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++) {
+    snprintf(path, sizeof(path), "%s/syncs%s", argv[1], trace_format_suffix((enum trace_format)f));
+    ws[f] = trace_writer_open(path, (enum trace_format)f, &m);
     if (!ws[f]) {
       fprintf(stderr, "trace_writer_open %s: %s\n", path, strerror(errno));
       return 1;
@@ -101,12 +98,12 @@ int main(int argc, char **argv)
   for (uint64_t i = 0; i < 260; i++)
     sync_all(0, 9, "cudaStreamSynchronize", 300000 + i, 400000 + i, i < 255);
 
-  for (int f = 0; f < 3; f++) {
+  for (int f = TRACE_FORMAT_JSON; f <= TRACE_FORMAT_PERFETTO; f++) {
     trace_writer_stats(ws[f], &st);
     EXPECT(st.invalid == 0);
     EXPECT(st.clamped == 5);
-    fprintf(logf, "{\"stats\":\"%s\",\"clamped\":%llu}\n", suffixes[f],
-            (unsigned long long)st.clamped);
+    fprintf(logf, "{\"stats\":\"%s\",\"clamped\":%llu}\n",
+            trace_format_suffix((enum trace_format)f), (unsigned long long)st.clamped);
     EXPECT(trace_writer_close(ws[f]) == 0);
   }
   if (fclose(logf) != 0)
