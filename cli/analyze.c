@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "agent/util/hash.h"
 #include "cli/client.h"
 #include "cli/trace_read.h"
 #include "cli/tracefile.h"
@@ -186,15 +187,6 @@ static char *xstrdup(const char *s)
   return d;
 }
 
-static uint64_t hash_name(const char *s)
-{
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
 static struct tally *stats_get(struct stats *t, const char *name)
 {
   size_t i;
@@ -207,7 +199,7 @@ static struct tally *stats_get(struct stats *t, const char *name)
     for (size_t j = 0; j < t->cap; j++) {
       if (!t->tab[j].name)
         continue;
-      for (i = hash_name(t->tab[j].name) & (cap - 1); nt[i].name; i = (i + 1) & (cap - 1)) {
+      for (i = hash_str(t->tab[j].name) & (cap - 1); nt[i].name; i = (i + 1) & (cap - 1)) {
       }
       nt[i] = t->tab[j];
     }
@@ -215,7 +207,7 @@ static struct tally *stats_get(struct stats *t, const char *name)
     t->tab = nt;
     t->cap = cap;
   }
-  for (i = hash_name(name) & (t->cap - 1); t->tab[i].name; i = (i + 1) & (t->cap - 1))
+  for (i = hash_str(name) & (t->cap - 1); t->tab[i].name; i = (i + 1) & (t->cap - 1))
     if (!strcmp(t->tab[i].name, name))
       return &t->tab[i];
   t->tab[i].name = xstrdup(name);
@@ -1146,15 +1138,15 @@ static json_object *comm_verdict(const struct rank_view *v, size_t n, int64_t nr
   return o;
 }
 
-/* Orders a rank's collectives by function name, then number. */
-static const struct comm *sort_comm;
-static int by_coll(const void *a, const void *b)
+/* Orders a rank's collectives (of comm c) by function name, then number. */
+static int by_coll(const void *a, const void *b, void *c)
 {
+  const struct comm *comm = c;
   const struct coll *x = a, *y = b;
-  int c = strcmp(sort_comm->newest[x->func].func, sort_comm->newest[y->func].func);
+  int d = strcmp(comm->newest[x->func].func, comm->newest[y->func].func);
 
-  if (c)
-    return c;
+  if (d)
+    return d;
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
@@ -1197,11 +1189,9 @@ static json_object *comm_arrivals(struct rank_view *v, size_t n, char *text, siz
     fprintf(stderr, "gpuprof analyze: out of memory\n");
     exit(1);
   }
-  for (size_t i = 0; i < n; i++) {
-    sort_comm = v[i].c;
+  for (size_t i = 0; i < n; i++)
     if (v[i].c->n_colls)
-      qsort(v[i].c->colls, v[i].c->n_colls, sizeof(struct coll), by_coll);
-  }
+      qsort_r(v[i].c->colls, v[i].c->n_colls, sizeof(struct coll), by_coll, (void *)v[i].c);
   for (size_t k = 0; n > 1 && k < v[0].c->n_colls; k++) {
     const struct coll *op = &v[0].c->colls[k];
     const char *func = v[0].c->newest[op->func].func;

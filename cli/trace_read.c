@@ -239,41 +239,6 @@ out:
   return rc;
 }
 
-/* A sink's only_cat applied in front of a reader that decodes every event anyway. */
-struct only_cat {
-  const struct tr_sink *sink;
-  struct tr_sink filtered;
-};
-
-static void only_cat_event(void *ctx, const struct tr_event *e)
-{
-  const struct only_cat *f = ctx;
-
-  if (f->sink->event && !strcmp(e->cat, f->sink->only_cat))
-    f->sink->event(f->sink->ctx, e);
-}
-
-static void only_cat_meta(void *ctx, json_object *meta)
-{
-  const struct only_cat *f = ctx;
-
-  f->sink->meta(f->sink->ctx, meta);
-}
-
-static void only_cat_thread(void *ctx, uint32_t tid, const char *name)
-{
-  const struct only_cat *f = ctx;
-
-  f->sink->thread(f->sink->ctx, tid, name);
-}
-
-static void only_cat_device(void *ctx, uint32_t device, const char *name)
-{
-  const struct only_cat *f = ctx;
-
-  f->sink->device(f->sink->ctx, device, name);
-}
-
 int trace_read(const char *path, const struct tr_sink *sink)
 {
   unsigned char head[2] = {0, 0};
@@ -289,17 +254,8 @@ int trace_read(const char *path, const struct tr_sink *sink)
   /* A .pftrace starts with its first packet (Trace.packet: 0x0A); JSON with '{' (or, never
    * finished, with the spaces its writer leaves for the header), gzip with 1f 8b (zlib reads
    * either). */
-  if (n >= 1 && head[0] == 0x0A) {
-    struct only_cat f = {sink, *sink};
-    if (!sink->only_cat)
-      return trace_read_pftrace(path, sink);
-    f.filtered.ctx = &f;
-    f.filtered.event = only_cat_event;
-    f.filtered.meta = sink->meta ? only_cat_meta : NULL;
-    f.filtered.thread = sink->thread ? only_cat_thread : NULL;
-    f.filtered.device = sink->device ? only_cat_device : NULL;
-    return trace_read_pftrace(path, &f.filtered);
-  }
+  if (n >= 1 && head[0] == 0x0A)
+    return trace_read_pftrace(path, sink);
   if (n >= 1 &&
       (head[0] == '{' || head[0] == ' ' || (n == 2 && head[0] == 0x1f && head[1] == 0x8b)))
     return trace_read_json(path, sink);

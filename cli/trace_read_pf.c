@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/util/hash.h"
 #include "cli/trace_read.h"
 #include "cli/tracefile.h"
 #include "export/trace_internal.h"
@@ -115,14 +116,6 @@ static uint64_t hash_bytes(const char *s, size_t n)
   for (size_t i = 0; i < n; i++)
     h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
   return h;
-}
-
-static uint64_t hash_u64(uint64_t v)
-{
-  v ^= v >> 33;
-  v *= 0xff51afd7ed558ccdull;
-  v ^= v >> 33;
-  return v;
 }
 
 /* A malloc'd copy of s (n bytes) with invalid UTF-8 repaired as the JSON encoding repairs it:
@@ -806,7 +799,7 @@ static void deliver(struct reader *rd, const struct pf_track *t, enum tr_kind ki
                        .value = value,
                        .args = args};
 
-  if (rd->sink->event)
+  if (rd->sink->event && (!rd->sink->only_cat || !strcmp(cat, rd->sink->only_cat)))
     rd->sink->event(rd->sink->ctx, &e);
 }
 
@@ -932,7 +925,9 @@ static int on_event(struct reader *rd, struct pf_seq *q, const Packet *pkt)
     if (!own)
       return nomem(rd);
   }
-  rc = event_args(rd, q, t, ev, cat, &args);
+  /* An event of a category not asked for is still paired, but its arguments are not built. */
+  rc = rd->sink->only_cat && strcmp(cat, rd->sink->only_cat) ? 0
+                                                             : event_args(rd, q, t, ev, cat, &args);
   if (rc)
     goto out;
 
