@@ -1288,9 +1288,10 @@ static json_object *stats_report(FILE *out, const struct stats *t, const char *t
   return a;
 }
 
-static void finding(FILE *out, json_object *list, const char *kind, const char *fmt, ...)
+/* A finding into list (and on out unless NULL); the new object, for callers to add to. */
+static json_object *finding(FILE *out, json_object *list, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void finding(FILE *out, json_object *list, const char *kind, const char *fmt, ...)
+static json_object *finding(FILE *out, json_object *list, const char *kind, const char *fmt, ...)
 {
   char text[1024];
   va_list ap;
@@ -1304,6 +1305,7 @@ static void finding(FILE *out, json_object *list, const char *kind, const char *
   put_str(o, "kind", kind);
   put_str(o, "text", text);
   json_object_array_add(list, o);
+  return o;
 }
 
 /* ts as an offset into the capture (0 for anything before its start). */
@@ -1595,18 +1597,6 @@ static json_object *trace_report(FILE *out, const struct trace *t, json_object *
   return o;
 }
 
-/* A comm finding: kind, its text, the communicator. */
-static void comm_finding(json_object *findings, const char *kind, const char *text,
-                         const char *hash)
-{
-  json_object *x = json_object_new_object();
-
-  put_str(x, "kind", kind);
-  put_str(x, "text", text);
-  put_str(x, "comm", hash);
-  json_object_array_add(findings, x);
-}
-
 /* One communicator's ranks as the traces show them. */
 static void comm_print(FILE *out, const struct rank_view *v, size_t nv, int64_t nranks)
 {
@@ -1688,9 +1678,9 @@ static json_object *comms_report(FILE *out, struct trace *traces, size_t n, json
           fprintf(out, "  %s\n", slow);
       }
       if (hang[0])
-        comm_finding(findings, "nccl_hang", hang, hash);
+        put_str(finding(NULL, findings, "nccl_hang", "%s", hang), "comm", hash);
       if (slow[0])
-        comm_finding(findings, "nccl_straggler", slow, hash);
+        put_str(finding(NULL, findings, "nccl_straggler", "%s", slow), "comm", hash);
       json_object_array_add(comms, co);
       free(v);
     }
