@@ -746,8 +746,35 @@ def run_writer_program(flag):
     return a
 
 
+def whole_packets(data):
+    """How many leading bytes of data are whole Trace packets."""
+    i = 0
+    while i < len(data) and data[i] == 0x0A:
+        try:
+            n, j = read_varint(data, i + 1)
+        except (IndexError, ValueError):
+            break
+        if j + n > len(data):
+            break
+        i = j + n
+    return i
+
+
 def check_killed(path, proto, protoc, outdir):
     if path.endswith(".pftrace"):
+        # The compressor thread writes each chunk with one write(2); a SIGKILL that lands during
+        # it can stop it at a page boundary (the kernel checks for fatal signals between the
+        # pages it copies), so the file may end inside its last chunk. All before that write
+        # must be whole packets, and only that one write (a chunk: at most CAP) may be cut.
+        with open(path, "rb") as f:
+            data = f.read()
+        whole = whole_packets(data)
+        if whole < len(data):
+            check(len(data) - whole <= CAP + 16,
+                  f"{path}: cut at byte {whole} of {len(data)}, not inside its last write")
+            path = os.path.join(outdir, "killed-whole.pftrace")
+            with open(path, "wb") as f:
+                f.write(data[:whole])
         trace = decode_pftrace(path, proto, protoc)
         if trace is not None:
             tracks, slices, counters, instants, open_ = rebuild(trace, path)
